@@ -149,6 +149,11 @@ class OptimizeConfig(Section):
     aoti_freezing: bool = Field(
         True, description="AOTInductor: fold weights into the package (CPU: prepacked convs)"
     )
+    aoti_small_batch: bool = Field(
+        True,
+        description="AOTInductor on CPU: a second program without layout optimization in the "
+        "package, used up to the batch size where it times faster",
+    )
     cpu_bf16: bool = Field(
         True,
         description="also build aoti_bf16, a BF16 AOTInductor package, on CPUs with AMX or "

@@ -32,6 +32,9 @@ from steps.storage import StorageError, open_store
 VARIANTS_FILE = "variants.json"
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 Runner = Callable[[torch.Tensor], torch.Tensor]
+# The programs of an AOTInductor package: "model" is what aoti_load_package loads.
+LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM = "model", "small_batch"
+AOTI_PROGRAMS = (LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM)
 
 
 class InputError(ValueError):
@@ -226,6 +229,9 @@ def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -
     if kind == "export":
         return torch.export.load(str(path)).module()
     if kind == "aoti":
+        small = entry.get("details", {}).get("small_batch", {}).get("max_batch", 0)
+        if small:
+            return BatchSizeDispatch(path, small)
         return torch._inductor.aoti_load_package(str(path))
     if kind == "tensorrt":
         try:
@@ -234,6 +240,21 @@ def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -
             raise VariantUnavailable("torch-tensorrt is not installed") from None
         return torch_tensorrt.load(str(path)).module()
     raise VariantUnavailable(f"unknown variant kind {kind!r}")
+
+
+class BatchSizeDispatch:
+    """An AOTInductor package holding a small-batch and a large-batch program of one model
+    (see ``steps.variants.build_aoti``): batches up to ``small_max`` run the first."""
+
+    def __init__(self, path: Path, small_max: int) -> None:
+        from torch._inductor.package import load_package
+
+        self.small = load_package(str(path), SMALL_BATCH_PROGRAM)
+        self.large = load_package(str(path), LARGE_BATCH_PROGRAM)
+        self.small_max = small_max
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.small if x.shape[0] <= self.small_max else self.large)(x)
 
 
 def fetch_variant(opt_uri: str, entry: dict[str, Any], storage: StorageConfig, workdir: Path):

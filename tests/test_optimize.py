@@ -16,10 +16,18 @@ from pathlib import Path
 import mlflow
 import pytest
 import torch
+from torch._inductor.package import load_package
 
 from steps import optimize, variants
-from steps.config import ConfigError
-from steps.inference import InputError
+from steps.config import ConfigError, OptimizeConfig
+from steps.inference import (
+    SMALL_BATCH_PROGRAM,
+    BatchSizeDispatch,
+    InputError,
+    cpu_capability,
+    load_variant_file,
+)
+from steps.variants import SMALL_BATCH_PROBE_LIMIT
 from tests.conftest import REPO_ROOT
 from tests.test_optimize_support import (  # noqa: F401
     BF16_CPU,
@@ -64,6 +72,57 @@ def test_tensorrt_recorded_as_skipped_with_reason(bundle: Bundle, name: str) -> 
     expected = "no CUDA device" if not torch.cuda.is_available() else "torch-tensorrt"
     assert expected in entry["reason"]
     assert not (bundle.root / "opt" / entry["file"]).exists()
+
+
+def test_aoti_small_batch_program_is_chosen_by_timing(bundle: Bundle) -> None:  # noqa: F811
+    entry = _doc(bundle)["variants"]["aoti"]
+    crossover = entry["details"]["small_batch"]
+    timings = {int(b): ms for b, ms in crossover["timing_ms"].items()}
+    batches = sorted(timings)
+    assert batches == [2**i for i in range(len(batches))]  # 1, 2, 4, ... probed in order
+    won = [timings[b]["small_batch"] < timings[b]["model"] for b in batches]
+    # Probing stops at the first loss (or the probe limit); max_batch is the last win.
+    assert all(won[:-1]) and (not won[-1] or batches[-1] == min(32, SMALL_BATCH_PROBE_LIMIT))
+    assert crossover["max_batch"] == max(
+        (b for b, w in zip(batches, won, strict=True) if w), default=0
+    )
+    path = bundle.root / "opt" / entry["file"]
+    runner = load_variant_file(entry, path, torch.device("cpu"))
+    if crossover["max_batch"] == 0:
+        assert not isinstance(runner, BatchSizeDispatch)
+        with pytest.raises(Exception):  # noqa: B017 - the package holds one program only
+            load_package(str(path), SMALL_BATCH_PROGRAM)
+        return
+    assert isinstance(runner, BatchSizeDispatch) and runner.small_max == crossover["max_batch"]
+    ran = []
+    for name in ("small", "large"):
+        program = getattr(runner, name)
+        setattr(runner, name, lambda x, p=program, n=name: ran.append(n) or p(x))
+    x = torch.randn(runner.small_max + 1, 3, 32, 32)
+    with torch.inference_mode():
+        small, large = runner(x[: runner.small_max]), runner(x)
+    assert ran == ["small", "large"]
+    # Both programs compute the same function.
+    assert torch.allclose(small, large[: runner.small_max], atol=1e-4)
+
+
+def test_aoti_without_small_batch_program(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+        torch.nn.Linear(8 * 32 * 32, 10),
+    ).eval()  # fmt: skip
+    cfg = OptimizeConfig(max_batch=8, opt_batch=4, aoti_small_batch=False)
+    ctx = variants.BuildContext(model, torch.device("cpu"), cfg, tmp_path)
+    spec = variants.Spec("aoti", "aoti", "fp32", "aoti.pt2")
+    details = variants.build_aoti(spec, ctx, tmp_path / spec.file)
+    assert "small_batch" not in details
+    with pytest.raises(Exception):  # noqa: B017 - AOTI raises a bare RuntimeError
+        load_package(str(tmp_path / spec.file), SMALL_BATCH_PROGRAM)
+    x = torch.randn(3, 3, 32, 32)
+    with torch.inference_mode():
+        entry = {"kind": "aoti", "precision": "fp32", "cpu_capability": cpu_capability()}
+        out = load_variant_file({**entry, "details": details}, tmp_path / spec.file, x.device)(x)
+    assert torch.allclose(out, model(x), atol=1e-4)
 
 
 def test_outputs_and_manifest(bundle: Bundle) -> None:  # noqa: F811

@@ -12,7 +12,8 @@ Both loops run in this process on the same CIFAR-shaped uint8 data (N x 32 x 32 
   data on the device, random crop + flip + normalisation as batched tensor ops), batch
   512, SGD nesterov with the one-cycle schedule and label smoothing, the same SimpleCNN;
   and the default ResNet-9; channels_last memory format, and bf16 autocast on a GPU (on
-  a CPU as an extra row: the trainer's opt-in ``train.amp_bf16_cpu``).
+  a CPU both fp32 and bf16 rows: ``train.amp_bf16_cpu``, whose default ``auto`` takes
+  bf16 only where the CPU has native BF16; the row the default takes here says so).
 
 Each figure is the median of ``--repeats`` timed epochs after one untimed warm-up epoch;
 on a GPU the timing uses CUDA events around the epoch.
@@ -41,9 +42,10 @@ from torchvision import transforms
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from steps.config import TrainConfig
 from steps.models import SimpleCNN, build_model
 from steps.train_data import Batches
-from steps.train_loop import one_cycle, train_one_epoch
+from steps.train_loop import one_cycle, train_one_epoch, use_bf16_autocast
 
 
 class PILDataset(torch.utils.data.Dataset):
@@ -170,8 +172,12 @@ def main(argv: list[str] | None = None) -> int:
 
     on_gpu = device.type == "cuda"
     seed_row = "seed loop: SimpleCNN, DataLoader + PIL + ToTensor, batch 64"
+    cpu_default_bf16 = use_bf16_autocast(TrainConfig(), device)
+    default = " (the trainer's default here)"
     ours_row = f"ours: SimpleCNN, tensor data path, batch 512{', bf16' if on_gpu else ''}"
+    ours_row += default if on_gpu or not cpu_default_bf16 else ""
     bf16_row = "ours: SimpleCNN, as above + bf16 autocast (train.amp_bf16_cpu)"
+    bf16_row += default if cpu_default_bf16 else ""
     resnet_row = f"ours: ResNet-9 (6.6M params), batch 512, {resnet_n:,} images"
     loops = {
         seed_row: (args.images, seed_loop(images, labels, device)),

@@ -100,8 +100,10 @@ class TrainConfig(Section):
     )
     seed: int = Field(0, description="seed of init and shuffling")
     amp_bf16: bool = Field(True, description="bf16 autocast on GPU")
-    amp_bf16_cpu: bool = Field(
-        False, description="bf16 autocast on CPU as well (fast on AMX / AVX512-BF16 CPUs)"
+    amp_bf16_cpu: bool | Literal["auto"] = Field(
+        "auto",
+        description="bf16 autocast on CPU; auto: only on CPUs with native BF16 (AMX / "
+        "AVX512-BF16), where it is faster; elsewhere BF16 is emulated and slower",
     )
     channels_last: bool = Field(
         True, description="channels_last memory format (GPU, and CPU: oneDNN is faster with it)"

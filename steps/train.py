@@ -36,7 +36,14 @@ from steps.models import build_model
 from steps.storage import LocalStore, StorageError, open_store
 from steps.tracking import TrackedRun, TrackingError, open_run
 from steps.train_data import Batches, TrainDataError, load_dataset
-from steps.train_loop import epoch_metrics, evaluate, one_cycle, rates, train_one_epoch
+from steps.train_loop import (
+    epoch_metrics,
+    evaluate,
+    one_cycle,
+    rates,
+    train_one_epoch,
+    use_bf16_autocast,
+)
 from steps.train_report import log_final, log_start
 from steps.train_state import (
     CheckpointMismatch,
@@ -142,7 +149,8 @@ def _fit(args, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None) -> Trai
     on_gpu = d.device.type == "cuda"
     channels_last = hp.channels_last  # oneDNN on CPU gains from it too (~20%)
     bf16 = functools.partial(torch.autocast, d.device.type, dtype=torch.bfloat16)
-    autocast = bf16 if (hp.amp_bf16 if on_gpu else hp.amp_bf16_cpu) else contextlib.nullcontext
+    use_bf16 = use_bf16_autocast(hp, d.device)
+    autocast = bf16 if use_bf16 else contextlib.nullcontext
 
     # Data: the staged arrays, once, on this rank's device.
     data = load_dataset(args.dataset, cfg.storage, d.device)
@@ -195,6 +203,7 @@ def _fit(args, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None) -> Trai
     say(
         f"training {hp.model} on {len(data.train_labels):,} images: {d.world_size} rank(s) on "
         f"{d.device.type}, {steps_per_epoch} steps of {hp.batch_size} per epoch"
+        f"{', bf16 autocast' if use_bf16 else ''}"
     )
 
     # Loop: train, evaluate, checkpoint; stop at the epoch count or the target accuracy.

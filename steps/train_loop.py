@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from steps.config import TrainConfig
+from steps.inference import cpu_bf16_features
 from steps.train_data import Batches
 
 EVAL_BATCH = 1024  # test images per forward pass and rank
@@ -86,3 +88,13 @@ def epoch_metrics(totals: torch.Tensor, lr: float, seconds: float, images: int) 
         "images_per_s": images / seconds,
         "epoch_seconds": seconds,
     }
+
+
+def use_bf16_autocast(hp: TrainConfig, device: torch.device) -> bool:
+    """bf16 autocast on a GPU by ``amp_bf16``; on a CPU by ``amp_bf16_cpu``, whose ``auto``
+    means: where the CPU has BF16 units (without them PyTorch emulates BF16, slower)."""
+    if device.type == "cuda":
+        return hp.amp_bf16
+    if hp.amp_bf16_cpu == "auto":
+        return bool(cpu_bf16_features())
+    return hp.amp_bf16_cpu

@@ -410,8 +410,8 @@ def test_target_accuracy_stops_early_and_records_the_time(dataset_uri: str, tmp_
     assert again.time_to_target_s == result.time_to_target_s
 
 
-def test_bf16_autocast_on_cpu_is_opt_in_and_still_learns(dataset_uri: str, tmp_path: Path):
-    fp32 = train_in_process(dataset_uri, tmp_path / "fp32", SIMPLE)
+def test_bf16_autocast_on_cpu_still_learns(dataset_uri: str, tmp_path: Path):
+    fp32 = train_in_process(dataset_uri, tmp_path / "fp32", [*SIMPLE, "train.amp_bf16_cpu=false"])
     bf16 = train_in_process(dataset_uri, tmp_path / "bf16", [*SIMPLE, "train.amp_bf16_cpu=true"])
     assert bf16.test_accuracy >= 0.4  # chance is 0.1
     assert bf16.history[-1]["train_loss"] != fp32.history[-1]["train_loss"]  # it did change

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from steps.config import TrainConfig
+from steps.inference import cpu_bf16_features
 from steps.models import ARCHITECTURES, build_model, count_parameters
 from steps.storage import LocalStore
 from steps.train_data import Batches, crop_flip, epoch_order
-from steps.train_loop import one_cycle
+from steps.train_loop import one_cycle, use_bf16_autocast
 from steps.train_state import (
     checkpoint_epochs,
     checkpoint_key,
@@ -113,6 +115,16 @@ def test_one_cycle_rises_linearly_then_falls_to_zero(total, warmup, peak_step) -
     assert all(a < b for a, b in itertools.pairwise(rising))
     assert all(a >= b for a, b in itertools.pairwise(falling))
     assert values[-1] == 0.0
+
+
+@pytest.mark.parametrize("setting", ["auto", True, False])
+def test_bf16_autocast_on_cpu_follows_the_hardware_unless_set(setting) -> None:
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    hp = TrainConfig(amp_bf16_cpu=setting, amp_bf16=False)
+    native = bool(cpu_bf16_features())  # AMX / AVX512-BF16 on this machine's CPU
+    assert use_bf16_autocast(hp, cpu) is (native if setting == "auto" else setting)
+    assert use_bf16_autocast(hp, gpu) is False  # the GPU follows amp_bf16 alone
+    assert use_bf16_autocast(TrainConfig(amp_bf16=True, amp_bf16_cpu=False), gpu) is True
 
 
 def test_checkpoints_keep_the_newest_and_verify_their_bytes(tmp_path) -> None:

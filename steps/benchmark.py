@@ -46,7 +46,14 @@ from steps.inference import (
     read_variants,
     run_batched,
 )
-from steps.step_cli import add_common, run_main, tracking_wanted, write_outputs
+from steps.step_cli import (
+    add_common,
+    exit_process,
+    run_main,
+    startup_seconds,
+    tracking_wanted,
+    write_outputs,
+)
 from steps.storage import open_store
 from steps.timing import memory_probe, summarize, time_calls
 
@@ -268,8 +275,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if tracked:
             tracked.finish(succeeded)
+    seconds = time.perf_counter() - start
     summary = {
-        "seconds": round(time.perf_counter() - start, 3),
+        "seconds": round(seconds, 3),
+        "startup_seconds": startup_seconds(seconds),
         "best_variant": report["best_variant"],
         "promoted": report["promotion"]["promoted"],
         "report_uri": store.root,
@@ -287,4 +296,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

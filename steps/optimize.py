@@ -40,7 +40,14 @@ from steps.inference import (
     pick_device,
     run_batched,
 )
-from steps.step_cli import add_common, run_main, tracking_wanted, write_outputs
+from steps.step_cli import (
+    add_common,
+    exit_process,
+    run_main,
+    startup_seconds,
+    tracking_wanted,
+    write_outputs,
+)
 from steps.storage import open_store
 from steps.variants import KINDS, NAMES, BuildContext, ParityError, SkipVariant, build_one, specs
 
@@ -226,8 +233,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _finish(args, doc: dict[str, Any], start: float, reused: bool) -> dict[str, Any]:
+    seconds = time.perf_counter() - start
     summary = {
-        "seconds": round(time.perf_counter() - start, 3),
+        "seconds": round(seconds, 3),
+        "startup_seconds": startup_seconds(seconds),
         "optimized_uri": doc["optimized_uri"],
         "device": doc["device"],
         "reused": reused,
@@ -252,4 +261,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -40,7 +40,7 @@ from steps.inference import (
     read_variants,
     run_batched,
 )
-from steps.step_cli import add_common, run_main
+from steps.step_cli import add_common, exit_process, run_main
 
 PREFERENCE = ("tensorrt_fp16", "tensorrt_fp32", "aoti_bf16", "aoti", "torchscript", "export")
 SIDE = 32
@@ -174,4 +174,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

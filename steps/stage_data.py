@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -43,7 +42,7 @@ from steps.cifar_data import (
 )
 from steps.config import ConfigError, PipelineConfig, load_config
 from steps.progress import human_mb, transfer
-from steps.step_cli import run_main
+from steps.step_cli import exit_process, run_main, startup_seconds
 from steps.storage import LocalStore, open_store, split_uri
 
 ARRAY_FILES = ("train_images", "train_labels", "test_images", "test_labels")
@@ -78,6 +77,7 @@ class StageResult:
     uploaded_bytes: int = 0
     upload_seconds: float = 0.0
     seconds: float = 0.0
+    startup_seconds: float | None = None  # process start to the step's own code
     class_counts: dict[str, list[int]] = field(default_factory=dict)
 
 
@@ -314,6 +314,7 @@ def run(args: argparse.Namespace, console: Console | None = None) -> StageResult
     source = parse_source(args.source)
     result = stage_dataset(source, args.dest, cfg, console)
     if args.outputs_dir:
+        result.startup_seconds = startup_seconds(result.seconds)
         write_outputs(result, args.outputs_dir)
     if not result.already_staged:
         console.print(
@@ -331,4 +332,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -32,6 +32,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 
 from steps.config import ConfigError, PipelineConfig, TrackingConfig, load_config, package_version
+from steps.step_cli import exit_process, startup_seconds, write_outputs
 
 OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
 # Argo's {{workflow.status}} -> MLflow run status; phases other than these end as KILLED.
@@ -225,16 +226,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE"
     )
     common.add_argument("--debug", action="store_true", help="show tracebacks")
+    common.add_argument(
+        "--outputs-dir",
+        type=Path,
+        default=os.environ.get(OUTPUTS_ENV),
+        help=f"start: write run_id and run_url here; both: summary.json (default: ${OUTPUTS_ENV})",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("start", parents=[common], help="create the pipeline's run")
     start.add_argument("--run-name", required=True, help="run name, e.g. the workflow name")
     start.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
-    start.add_argument(
-        "--outputs-dir",
-        type=Path,
-        default=os.environ.get(OUTPUTS_ENV),
-        help=f"write run_id and run_url here (default: ${OUTPUTS_ENV}, else none)",
-    )
     end = commands.add_parser("end", parents=[common], help="terminate the pipeline's run")
     end.add_argument("--run-id", required=True)
     end.add_argument("--status", required=True, choices=sorted(ARGO_TO_MLFLOW))
@@ -243,19 +244,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
+    begun = time.perf_counter()
     cfg = load_config(args.config, args.overrides)
+    outputs: dict[str, str] = {}
     if args.command == "start":
         started = start_pipeline_run(cfg, args.run_name, _parse_tags(args.tag))
-        if args.outputs_dir:
-            args.outputs_dir.mkdir(parents=True, exist_ok=True)
-            (args.outputs_dir / "run_id").write_text(started.run_id)
-            (args.outputs_dir / "run_url").write_text(started.url)
+        outputs = {"run_id": started.run_id, "run_url": started.url}
         print(f"MLflow run: {started.url}", file=sys.stderr)
-        print(started.run_id)
-        return started.run_id
-    status = end_pipeline_run(cfg, args.run_id, args.status, args.argo_url)
-    print(f"MLflow run {args.run_id}: {status} (workflow {args.status})", file=sys.stderr)
-    return status
+        result = started.run_id
+    else:
+        result = end_pipeline_run(cfg, args.run_id, args.status, args.argo_url)
+        print(f"MLflow run {args.run_id}: {result} (workflow {args.status})", file=sys.stderr)
+    seconds = time.perf_counter() - begun
+    summary = {"seconds": round(seconds, 3), "startup_seconds": startup_seconds(seconds)}
+    write_outputs(args.outputs_dir, {**outputs, "summary.json": summary})
+    if args.command == "start":
+        print(result)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,4 +281,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from steps.config import ConfigError, PipelineConfig, load_config
 from steps.models import build_model
+from steps.step_cli import exit_process, startup_seconds
 from steps.storage import LocalStore, StorageError, open_store
 from steps.tracking import TrackedRun, TrackingError, open_run
 from steps.train_data import Batches, TrainDataError, load_dataset
@@ -85,6 +86,7 @@ class TrainResult:
     time_to_target_s: float | None
     images_per_s: float | None  # mean over the epochs this attempt ran
     seconds: float = 0.0  # this step's busy time, start to finish
+    startup_seconds: float | None = None  # torchrun's start to this rank's code
     mlflow_run_id: str | None = None
     history: list[dict[str, float]] = field(default_factory=list)
 
@@ -102,6 +104,7 @@ def run(args: argparse.Namespace) -> TrainResult:
     finally:
         teardown_distributed()
     result.seconds = time.perf_counter() - started
+    result.startup_seconds = startup_seconds(result.seconds)
     if d.is_main and args.outputs_dir:
         outputs = LocalStore(Path(args.outputs_dir))
         outputs.write_bytes("model_uri", result.model_uri.encode())
@@ -343,4 +346,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

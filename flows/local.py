@@ -71,6 +71,7 @@ class TaskRecord:
     finished: float | None = None
     exit_code: int | None = None
     message: str = ""
+    process_seconds: float = 0.0  # spawn to exit of its processes, all attempts
     outputs: dict[str, str] = field(default_factory=dict)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=200), repr=False)
 
@@ -160,6 +161,11 @@ class LocalRunner:
             "name": self.name,
             "globals": self.globals,
             "tasks": records,
+            "exit_handler": (
+                {k: v for k, v in asdict(self.exit_task).items() if k != "tail"}
+                if self.exit_task
+                else None
+            ),
         }
         tmp = self.run_dir / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=2, default=str))
@@ -343,7 +349,9 @@ class LocalRunner:
             process, document = self._process(template, task_dir)
             with open(log, "a") as handle:
                 handle.write(f"--- attempt {attempt + 1}: {' '.join(process.argv)}\n")
+            spawned = time.perf_counter()
             code = self.handler.run(process, log, record.tail)
+            record.process_seconds += time.perf_counter() - spawned
             record.exit_code = code
             if code == 0:
                 if document is not None:  # as the Training Operator reports a finished job
@@ -384,6 +392,7 @@ class LocalRunner:
         task = {"name": "onExit", "template": record.template}
         self.globals["workflow.status"] = status
         self._run_task(task, record)
+        self.save_state()  # the handler's own record too
         self.on_change(self)
 
 

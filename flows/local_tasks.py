@@ -174,6 +174,10 @@ def container_process(
         map_paths(a, path_map) for a in [*container.get("command", []), *container.get("args", [])]
     ]
     env = {k: map_paths(v, path_map) for k, v in container_env(container, base_env).items()}
+    if not path_map:
+        # Not set in a pod: lets a step that declares no outputs (the exit handler) leave
+        # its summary.json (busy and start-up time) where benchmarks/local_overhead.py reads.
+        env.setdefault("CIFAR_OUTPUTS_DIR", str(task_dir / "outputs"))
     return ProcessSpec(local_argv(argv), env, cwd, _deadline(template), path_map)
 
 

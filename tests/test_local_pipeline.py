@@ -93,6 +93,12 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     assert any("optimize" in k or "parity" in k for k in metrics), sorted(metrics)
     assert (run_dir / "artifacts" / "benchmark" / "report.md").is_file()
     assert f"mlflow-run-url: {mlflow.tracking_uri}/#/experiments/" in resumed.stderr
+    # Each step reports its work and its start-up (benchmarks/local_overhead.py reads both).
+    assert state["exit_handler"]["state"] == "Succeeded"
+    for task in ("create-run", "stage", "train", "optimize", "benchmark", "onExit"):
+        found = sorted((run_dir / "tasks" / task).glob("outputs*/summary.json"))
+        summary = json.loads(found[0].read_text())
+        assert summary["seconds"] > 0 and summary["startup_seconds"] > 0.05, (task, summary)
 
     # 3. The same config again: a new workflow, staging served from the memo cache.
     second = cifar(args, cwd, env)

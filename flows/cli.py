@@ -109,13 +109,8 @@ def mlflow_hint(cfg: PipelineConfig) -> str:
 
 
 def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
-    try:
-        from flows.local import run_local
-    except ImportError as exc:
-        if exc.name != "flows.local":
-            raise
-        print("cifar: the local runner (flows/local.py) is not there yet", file=sys.stderr)
-        return 2
+    from flows.local import run_local  # here: --render and --submit never load the runner
+
     cfg = localize(cfg)
     code = run_local(build_workflow(cfg, git_revision=git_revision()), cfg, resume=args.resume)
     if args.resume is None:  # a resumed run's config is in its state; its run link above

@@ -50,7 +50,7 @@ from steps.step_cli import (
     add_common,
     exit_process,
     run_main,
-    startup_seconds,
+    step_seconds,
     tracking_wanted,
     write_outputs,
 )
@@ -275,10 +275,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if tracked:
             tracked.finish(succeeded)
-    seconds = time.perf_counter() - start
     summary = {
-        "seconds": round(seconds, 3),
-        "startup_seconds": startup_seconds(seconds),
+        **step_seconds(start),
         "best_variant": report["best_variant"],
         "promoted": report["promotion"]["promoted"],
         "report_uri": store.root,

@@ -44,7 +44,7 @@ from steps.step_cli import (
     add_common,
     exit_process,
     run_main,
-    startup_seconds,
+    step_seconds,
     tracking_wanted,
     write_outputs,
 )
@@ -233,10 +233,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _finish(args, doc: dict[str, Any], start: float, reused: bool) -> dict[str, Any]:
-    seconds = time.perf_counter() - start
     summary = {
-        "seconds": round(seconds, 3),
-        "startup_seconds": startup_seconds(seconds),
+        **step_seconds(start),
         "optimized_uri": doc["optimized_uri"],
         "device": doc["device"],
         "reused": reused,

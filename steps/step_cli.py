@@ -74,6 +74,13 @@ def startup_seconds(busy: float) -> float | None:
     return None if since is None else round(max(0.0, since - busy), 3)
 
 
+def step_seconds(started: float) -> dict[str, float | None]:
+    """A step's summary.json times: ``seconds`` of work since ``started`` (a perf_counter
+    reading) and the ``startup_seconds`` before it."""
+    seconds = time.perf_counter() - started
+    return {"seconds": round(seconds, 3), "startup_seconds": startup_seconds(seconds)}
+
+
 def exit_process(code: int) -> NoReturn:
     """``sys.exit(code)`` for a step's ``__main__``, leaving the objects made so far out of
     the interpreter's last garbage collections. Those walk everything torch, MLflow and

@@ -32,7 +32,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 
 from steps.config import ConfigError, PipelineConfig, TrackingConfig, load_config, package_version
-from steps.step_cli import exit_process, startup_seconds, write_outputs
+from steps.step_cli import exit_process, step_seconds, write_outputs
 
 OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
 # Argo's {{workflow.status}} -> MLflow run status; phases other than these end as KILLED.
@@ -255,9 +255,7 @@ def run(args: argparse.Namespace) -> str:
     else:
         result = end_pipeline_run(cfg, args.run_id, args.status, args.argo_url)
         print(f"MLflow run {args.run_id}: {result} (workflow {args.status})", file=sys.stderr)
-    seconds = time.perf_counter() - begun
-    summary = {"seconds": round(seconds, 3), "startup_seconds": startup_seconds(seconds)}
-    write_outputs(args.outputs_dir, {**outputs, "summary.json": summary})
+    write_outputs(args.outputs_dir, {**outputs, "summary.json": step_seconds(begun)})
     if args.command == "start":
         print(result)
     return result

@@ -191,13 +191,11 @@ def build_aoti(spec: Spec, ctx: BuildContext, path: Path) -> dict[str, Any]:
     exported = ctx.exported(spec.precision)
     files = {name: _aot_compile(exported, opts) for name, opts in programs.items()}
     details: dict[str, Any] = {"inductor_configs": options, "cxx": compiler}
+    package_aoti(str(path), files)
     if SMALL_BATCH_PROGRAM in files:
-        package_aoti(str(path), files)
         details["small_batch"] = _small_batch_crossover(path, spec, ctx)
         if details["small_batch"]["max_batch"] == 0:  # never faster here: ship one program
             package_aoti(str(path), {LARGE_BATCH_PROGRAM: files[LARGE_BATCH_PROGRAM]})
-    else:
-        package_aoti(str(path), files)
     return details
 
 

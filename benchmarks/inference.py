@@ -25,10 +25,11 @@ sys.path.insert(0, str(REPO_ROOT))
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from steps import benchmark, optimize  # noqa: E402
-from steps.config import load_config  # noqa: E402
-from steps.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model  # noqa: E402
-from steps.stage_data import parse_source, stage_dataset  # noqa: E402
+from steps.benchmark import step as benchmark  # noqa: E402
+from steps.common.config import load_config  # noqa: E402
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model  # noqa: E402
+from steps.optimize import step as optimize  # noqa: E402
+from steps.stage_data.step import parse_source, stage_dataset  # noqa: E402
 
 
 def untrained_model(tmp: Path, width: int) -> tuple[str, str]:

@@ -25,9 +25,9 @@ sys.path.insert(0, str(REPO_ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from steps.cifar_data import synthetic_splits  # noqa: E402
-from steps.config import load_config  # noqa: E402
-from steps.stage_data import _write_arrays, parse_source, stage_dataset  # noqa: E402
+from steps.common.config import load_config  # noqa: E402
+from steps.stage_data.cifar import synthetic_splits  # noqa: E402
+from steps.stage_data.step import _write_arrays, parse_source, stage_dataset  # noqa: E402
 from tests.servers import SeaweedFS  # noqa: E402
 
 MB = 1024 * 1024

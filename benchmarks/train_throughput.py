@@ -8,7 +8,7 @@ Both loops run in this process on the same CIFAR-shaped uint8 data (N x 32 x 32 
 - seed loop: the PyTorch CIFAR-10 tutorial's: a torchvision ``DataLoader`` (no workers)
   over a dataset that makes a PIL image per sample, ``ToTensor`` + ``Normalize``, batch
   64, SGD (lr 0.001, momentum 0.9), the SimpleCNN;
-- ours: ``steps.train_loop.train_one_epoch`` over ``steps.train_data.Batches`` (uint8
+- ours: ``steps.train.loop.train_one_epoch`` over ``steps.train.data.Batches`` (uint8
   data on the device, random crop + flip + normalisation as batched tensor ops), batch
   512, SGD nesterov with the one-cycle schedule and label smoothing, the same SimpleCNN;
   and the default ResNet-9; channels_last memory format, and bf16 autocast on a GPU (on
@@ -42,10 +42,10 @@ from torchvision import transforms
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steps.config import TrainConfig
-from steps.models import SimpleCNN, build_model
-from steps.train_data import Batches
-from steps.train_loop import one_cycle, train_one_epoch, use_bf16_autocast
+from steps.common.config import TrainConfig
+from steps.common.models import SimpleCNN, build_model
+from steps.train.data import Batches
+from steps.train.loop import one_cycle, train_one_epoch, use_bf16_autocast
 
 
 class PILDataset(torch.utils.data.Dataset):

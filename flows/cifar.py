@@ -8,7 +8,7 @@
 DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob created by
 a resource template) -> ``optimize`` -> ``benchmark``; the exit handler ``close-run`` ends
 the MLflow run with the workflow's status. Every step gets the config as ``--set``
-arguments (``flows.common.config_args``); outputs are small files under /tmp/outputs read
+arguments (``flows.manifests.pod.config_args``); outputs are small files under /tmp/outputs read
 back as output parameters; objects live under ``<storage.root_uri>/runs/<workflow name>``.
 """
 
@@ -38,8 +38,8 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
-from flows import pytorchjob
-from flows.common import (
+from flows.manifests import pytorchjob
+from flows.manifests.pod import (
     APP,
     DATA_VOLUME,
     ISTIO_INJECT,
@@ -54,7 +54,7 @@ from flows.common import (
     run_root,
     workflow_url,
 )
-from steps.config import PipelineConfig
+from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"
 ENTRYPOINT = "pipeline"

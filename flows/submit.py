@@ -24,8 +24,8 @@ from hera.workflows.models import (
 )
 from pydantic import ValidationError
 
-from flows.common import FlowError, argo_ui, mlflow_ui, workflow_url
-from steps.config import ClusterConfig, ConfigError, PipelineConfig
+from flows.manifests.pod import FlowError, argo_ui, mlflow_ui, workflow_url
+from steps.common.config import ClusterConfig, ConfigError, PipelineConfig
 
 DONE = ("Succeeded", "Failed", "Error")
 RUN_URL_GLOBAL = "mlflow-run-url"

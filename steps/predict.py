@@ -6,7 +6,7 @@
 Any image Pillow reads (JPEG, PNG, ...) of any size: turned upright by its EXIF
 orientation, converted to RGB, centre-cropped to a square (CIFAR images are square and
 centred), resized to 32 x 32 with Pillow's antialiased bilinear filter (a 32 x 32 picture is
-left as it is), then normalised exactly as in training (``steps.inference.normalize``).
+left as it is), then normalised exactly as in training (``steps.common.inference.normalize``).
 Prints ``IMAGE: class probability`` per image (the top K with ``--top-k``). With
 ``--optimized`` the fastest variant that runs here is used (TensorRT, AOTInductor BF16 and
 FP32, TorchScript, export, in that order, or ``--variant``), falling back to eager. A file that
@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from steps.config import ConfigError, load_config
-from steps.inference import (
+from steps.common.config import ConfigError, load_config
+from steps.common.inference import (
     DTYPES,
     InputError,
     Runner,
@@ -40,7 +40,7 @@ from steps.inference import (
     read_variants,
     run_batched,
 )
-from steps.step_cli import add_common, exit_process, run_main
+from steps.common.step_cli import add_common, exit_process, run_main
 
 PREFERENCE = ("tensorrt_fp16", "tensorrt_fp32", "aoti_bf16", "aoti", "torchscript", "export")
 SIDE = 32

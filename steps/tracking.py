@@ -31,8 +31,14 @@ from pathlib import Path
 import mlflow
 from mlflow.exceptions import MlflowException
 
-from steps.config import ConfigError, PipelineConfig, TrackingConfig, load_config, package_version
-from steps.step_cli import exit_process, step_seconds, write_outputs
+from steps.common.config import (
+    ConfigError,
+    PipelineConfig,
+    TrackingConfig,
+    load_config,
+    package_version,
+)
+from steps.common.step_cli import exit_process, step_seconds, write_outputs
 
 OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
 # Argo's {{workflow.status}} -> MLflow run status; phases other than these end as KILLED.

@@ -16,11 +16,12 @@ import mlflow
 import pytest
 import torch
 
-from steps import benchmark, optimize
-from steps.config import ConfigError, PipelineConfig
-from steps.inference import InputError
-from steps.models import build_model
-from steps.registry import decide
+from steps.benchmark import step as benchmark
+from steps.benchmark.registry import decide
+from steps.common.config import ConfigError, PipelineConfig
+from steps.common.inference import InputError
+from steps.common.models import build_model
+from steps.optimize import step as optimize
 from tests.conftest import REPO_ROOT
 from tests.test_optimize_support import (  # noqa: F401
     CPU_VARIANTS,

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from steps.config import package_version
+from steps.common.config import package_version
 from tests.conftest import REPO_ROOT
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"

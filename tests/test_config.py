@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from steps.config import (
+from steps.common.config import (
     ConfigError,
     PipelineConfig,
     flatten,

@@ -86,7 +86,7 @@ def test_image_tags_everywhere_equal_the_package_version() -> None:
             if arg.startswith("registry.example/"):
                 assert arg.endswith(f":{version}"), arg
         assert not any(arg.endswith(":latest") for arg in command)
-    from steps.config import package_version
+    from steps.common.config import package_version
 
     assert package_version() == version
 

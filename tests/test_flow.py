@@ -19,8 +19,8 @@ import yaml
 
 from flows import cli
 from flows.cifar import build_cron_workflow, build_workflow, stage_cache_key
-from flows.common import FlowError, config_args
-from steps.config import ConfigError, load_config, package_version
+from flows.manifests.pod import FlowError, config_args
+from steps.common.config import ConfigError, load_config, package_version
 from tests.conftest import REPO_ROOT, SHARED
 
 CONFIGS = sorted((REPO_ROOT / "configs").glob("*.yaml"))
@@ -322,7 +322,7 @@ def test_every_render_passes_the_strict_schema_check(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_the_local_runner_accepts_the_workflow(path: Path) -> None:
-    checks = pytest.importorskip("flows.local_checks")
+    checks = pytest.importorskip("flows.local.checks")
     assert checks.unsupported(manifest(path)) == []
 
 

@@ -17,8 +17,8 @@ import yaml
 from hera.workflows import DAG, Container, Parameter, Resource, Workflow
 from hera.workflows import models as m
 
-from flows.local import LocalRunner, TaskState
-from flows.local_checks import UnsupportedFeature, substitute, unsupported
+from flows.local.checks import UnsupportedFeature, substitute, unsupported
+from flows.local.runner import LocalRunner, TaskState
 from tests.conftest import REPO_ROOT
 
 OUT = m.ValueFrom(path="/tmp/outputs/value")
@@ -352,7 +352,7 @@ def test_ctrl_c_stops_the_task_runs_the_exit_handler_and_leaves_a_resumable_run(
         import sys
         from pathlib import Path
         from hera.workflows import DAG, Container, Workflow
-        from flows.local import LocalRunner
+        from flows.local.runner import LocalRunner
         with Workflow(name="interrupted", entrypoint="main", on_exit="finally") as w:
             status = "echo {{{{workflow.status}}}} > {tmp_path}/status"
             Container(name="finally", image="i:1", command=["sh", "-c", status])

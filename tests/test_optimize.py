@@ -18,16 +18,17 @@ import pytest
 import torch
 from torch._inductor.package import load_package
 
-from steps import optimize, variants
-from steps.config import ConfigError, OptimizeConfig
-from steps.inference import (
+from steps.common.config import ConfigError, OptimizeConfig
+from steps.common.inference import (
     SMALL_BATCH_PROGRAM,
     BatchSizeDispatch,
     InputError,
     cpu_capability,
     load_variant_file,
 )
-from steps.variants import SMALL_BATCH_PROBE_LIMIT
+from steps.optimize import step as optimize
+from steps.optimize import variants
+from steps.optimize.variants import SMALL_BATCH_PROBE_LIMIT
 from tests.conftest import REPO_ROOT
 from tests.test_optimize_support import (  # noqa: F401
     BF16_CPU,

@@ -17,9 +17,9 @@ import torch
 from PIL import Image
 
 from steps import predict
-from steps.config import PipelineConfig
-from steps.inference import InputError, load_test_split, normalize
-from steps.models import CIFAR10_MEAN, CIFAR10_STD
+from steps.common.config import PipelineConfig
+from steps.common.inference import InputError, load_test_split, normalize
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD
 from tests.conftest import REPO_ROOT
 from tests.test_optimize_support import FASTEST, Bundle, bundle  # noqa: F401
 

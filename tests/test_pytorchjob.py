@@ -12,10 +12,10 @@ import pytest
 import yaml
 from kubeflow.training import models as kf
 
-from flows import pytorchjob
 from flows.cifar import build_workflow
-from flows.common import EnvSpec, FlowError, dns1035
-from steps.config import ConfigError, load_config
+from flows.manifests import pytorchjob
+from flows.manifests.pod import EnvSpec, FlowError, dns1035
+from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 from tests.test_flow import CONFIGS, check_golden
 

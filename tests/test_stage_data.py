@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from steps.cifar_data import md5sum, synthetic_splits
-from steps.config import load_config
-from steps.stage_data import content_digest, parse_source, stage_dataset
-from steps.storage import open_store
+from steps.common.config import load_config
+from steps.common.storage import open_store
+from steps.stage_data.cifar import md5sum, synthetic_splits
+from steps.stage_data.step import content_digest, parse_source, stage_dataset
 from tests.cifar_files import CLASSES, write_cifar_tarball
 from tests.conftest import REPO_ROOT, S3Bucket
 from tests.servers import SeaweedFS, free_port
@@ -233,7 +233,7 @@ def test_restaging_is_a_noop_and_cli_writes_outputs(tmp_path: Path) -> None:
 
 
 def test_staging_never_imports_torch() -> None:
-    probe = "import sys, steps.stage_data; print('torch' in sys.modules)"
+    probe = "import sys, steps.stage_data.step; print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True
     )

@@ -13,7 +13,7 @@ from tests.conftest import REPO_ROOT
 
 needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
 
-REPORT = "from steps.step_cli import seconds_since_launch as s; print(s())"
+REPORT = "from steps.common.step_cli import seconds_since_launch as s; print(s())"
 
 
 def _launch(command: list[str], **env: str) -> float:
@@ -48,7 +48,7 @@ def test_exit_process_keeps_the_code_and_runs_atexit_handlers(tmp_path) -> None:
     script = (
         "import atexit; from pathlib import Path; "
         f"atexit.register(lambda: Path({str(tmp_path / 'ran')!r}).write_text('yes')); "
-        "from steps.step_cli import exit_process; exit_process(3)"
+        "from steps.common.step_cli import exit_process; exit_process(3)"
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, check=False)
     assert done.returncode == 3

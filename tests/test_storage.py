@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from steps.config import StorageConfig
-from steps.storage import LocalStore, S3Store, StorageError, open_store, split_uri
+from steps.common.config import StorageConfig
+from steps.common.storage import LocalStore, S3Store, StorageError, open_store, split_uri
 from tests.conftest import S3Bucket
 from tests.servers import free_port
 

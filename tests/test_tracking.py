@@ -11,7 +11,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from steps.config import TrackingConfig, load_config
+from steps.common.config import TrackingConfig, load_config
 from steps.tracking import (
     TrackingError,
     end_pipeline_run,

@@ -24,12 +24,12 @@ import pytest
 import torch
 from rich.console import Console
 
-from steps.config import flatten, load_config
-from steps.models import build_model
-from steps.stage_data import parse_source, stage_dataset
-from steps.storage import open_store
-from steps.train import DEBUG_DIR_ENV, STOP_AFTER_ENV, StopRequested, build_parser, main, run
-from steps.train_state import checkpoint_epochs, checkpoint_key, state_checksum
+from steps.common.config import flatten, load_config
+from steps.common.models import build_model
+from steps.common.storage import open_store
+from steps.stage_data.step import parse_source, stage_dataset
+from steps.train.state import checkpoint_epochs, checkpoint_key, state_checksum
+from steps.train.step import DEBUG_DIR_ENV, STOP_AFTER_ENV, StopRequested, build_parser, main, run
 from tests.conftest import REPO_ROOT, S3Bucket
 from tests.mlflow_server import MLflowServer
 from tests.servers import free_port

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from steps.config import TrainConfig
-from steps.inference import cpu_bf16_features
-from steps.models import ARCHITECTURES, build_model, count_parameters
-from steps.storage import LocalStore
-from steps.train_data import Batches, crop_flip, epoch_order
-from steps.train_loop import one_cycle, use_bf16_autocast
-from steps.train_state import (
+from steps.common.config import TrainConfig
+from steps.common.inference import cpu_bf16_features
+from steps.common.models import ARCHITECTURES, build_model, count_parameters
+from steps.common.storage import LocalStore
+from steps.train.data import Batches, crop_flip, epoch_order
+from steps.train.loop import one_cycle, use_bf16_autocast
+from steps.train.state import (
     checkpoint_epochs,
     checkpoint_key,
     load_checkpoint,

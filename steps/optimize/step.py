@@ -4,11 +4,11 @@
         [--mlflow-run-id ID] [--outputs-dir DIR] [--config F] [--set k=v ...] [--debug]
 
 Builds TorchScript, a ``torch.export`` program with a dynamic batch, an AOTInductor package
-and, on CUDA with torch-tensorrt, TensorRT FP32/FP16 (see ``steps.variants``). Each file is
+and, on CUDA with torch-tensorrt, TensorRT FP32/FP16 (see ``steps.optimize.variants``). Each file is
 reloaded and must match eager on held-out test images (the parity gate); a variant that
 fails fails the step with its numbers, unless ``optimize.optional_variants`` names it.
 ``OPT_URI/variants.json`` is written last and lists every variant: built, skipped (with
-why) or failed. Variants take normalised float NCHW input (see ``steps.inference``).
+why) or failed. Variants take normalised float NCHW input (see ``steps.common.inference``).
 Outputs dir: ``optimized_uri`` and ``summary.json``.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from steps.config import ConfigError, PipelineConfig, load_config
-from steps.inference import (
+from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.inference import (
     DTYPES,
     VARIANTS_FILE,
     InputError,
@@ -40,16 +40,23 @@ from steps.inference import (
     pick_device,
     run_batched,
 )
-from steps.step_cli import (
+from steps.common.step_cli import (
     add_common,
-    exit_process,
     run_main,
     step_seconds,
     tracking_wanted,
     write_outputs,
 )
-from steps.storage import open_store
-from steps.variants import KINDS, NAMES, BuildContext, ParityError, SkipVariant, build_one, specs
+from steps.common.storage import open_store
+from steps.optimize.variants import (
+    KINDS,
+    NAMES,
+    BuildContext,
+    ParityError,
+    SkipVariant,
+    build_one,
+    specs,
+)
 
 FORMAT_VERSION = 1
 
@@ -256,7 +263,3 @@ def _finish(args, doc: dict[str, Any], start: float, reused: bool) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return run_main("optimize", run, args, user_errors=(ConfigError, InputError))
-
-
-if __name__ == "__main__":
-    exit_process(main())

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from steps.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE
-from steps.storage import StorageError, Store
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE
+from steps.common.storage import StorageError, Store
 
 CHECKPOINTS = "checkpoints"
 _SIDECAR = re.compile(rf"^{CHECKPOINTS}/epoch-(\d+)\.json$")

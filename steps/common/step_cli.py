@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from steps.config import ConfigError, PipelineConfig, TrackingConfig
-from steps.storage import LocalStore
+from steps.common.config import ConfigError, PipelineConfig, TrackingConfig
+from steps.common.storage import LocalStore
 
 # This module stays torch-free: the data image's staging step uses it too.
 

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from steps.config import StorageConfig
-from steps.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
-from steps.storage import StorageError, open_store
+from steps.common.config import StorageConfig
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
+from steps.common.storage import StorageError, open_store
 
 VARIANTS_FILE = "variants.json"
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -244,7 +244,7 @@ def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -
 
 class BatchSizeDispatch:
     """An AOTInductor package holding a small-batch and a large-batch program of one model
-    (see ``steps.variants.build_aoti``): batches up to ``small_max`` run the first."""
+    (see ``steps.optimize.variants.build_aoti``): batches up to ``small_max`` run the first."""
 
     def __init__(self, path: Path, small_max: int) -> None:
         from torch._inductor.package import load_package

@@ -28,8 +28,8 @@ from torch import nn
 from torch._inductor.package import load_package, package_aoti
 from torch.fx.experimental.optimization import fuse
 
-from steps.config import OptimizeConfig
-from steps.inference import (
+from steps.common.config import OptimizeConfig
+from steps.common.inference import (
     AOTI_PROGRAMS,
     DTYPES,
     LARGE_BATCH_PROGRAM,

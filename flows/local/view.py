@@ -13,7 +13,7 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 
-from flows.local import LocalRunner, RunResult, TaskRecord, TaskState
+from flows.local.runner import LocalRunner, RunResult, TaskRecord, TaskState
 
 STYLE = {
     TaskState.PENDING: "dim",

@@ -20,9 +20,9 @@ import torch
 from mlflow.models.signature import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
-from steps.config import PipelineConfig, flatten
+from steps.common.config import PipelineConfig, flatten
 from steps.tracking import TrackedRun
-from steps.train_data import Dataset
+from steps.train.data import Dataset
 
 # MLflow's dataset digest column holds 36 characters; the full sha256 goes in a tag.
 MLFLOW_DIGEST_CHARS = 32

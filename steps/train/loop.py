@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from steps.config import TrainConfig
-from steps.inference import cpu_bf16_features
-from steps.train_data import Batches
+from steps.common.config import TrainConfig
+from steps.common.inference import cpu_bf16_features
+from steps.train.data import Batches
 
 EVAL_BATCH = 1024  # test images per forward pass and rank
 

@@ -31,13 +31,13 @@ from mlflow.exceptions import MlflowException
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from steps.config import ConfigError, PipelineConfig, load_config
-from steps.models import build_model
-from steps.step_cli import exit_process, startup_seconds
-from steps.storage import LocalStore, StorageError, open_store
+from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.models import build_model
+from steps.common.step_cli import startup_seconds
+from steps.common.storage import LocalStore, StorageError, open_store
 from steps.tracking import TrackedRun, TrackingError, open_run
-from steps.train_data import Batches, TrainDataError, load_dataset
-from steps.train_loop import (
+from steps.train.data import Batches, TrainDataError, load_dataset
+from steps.train.loop import (
     epoch_metrics,
     evaluate,
     one_cycle,
@@ -45,8 +45,8 @@ from steps.train_loop import (
     train_one_epoch,
     use_bf16_autocast,
 )
-from steps.train_report import log_final, log_start
-from steps.train_state import (
+from steps.train.report import log_final, log_start
+from steps.train.state import (
     CheckpointMismatch,
     Dist,
     all_reduce_sum,
@@ -63,7 +63,7 @@ from steps.train_state import (
     write_model,
 )
 
-# --- fixed settings (the tunables are cfg.train fields, see steps/config.py) -----------
+# --- fixed settings (the tunables are cfg.train fields, see steps/common/config/) -----------
 OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
 STOP_AFTER_ENV = "CIFAR_TRAIN_STOP_AFTER_EPOCH"  # tests: exit 3 once epoch k is checkpointed
 DEBUG_DIR_ENV = "CIFAR_TRAIN_DEBUG_DIR"  # tests: each rank writes rank-N.json (weights sha256)
@@ -343,7 +343,3 @@ def _exit_code(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return _exit_code(args)
-
-
-if __name__ == "__main__":
-    exit_process(main())

@@ -1,7 +1,7 @@
 """Run an Argo Workflow (the Hera object ``--render`` prints) on this machine.
 
 DAG tasks start in dependency order (independent ones side by side), each template as a
-local process (see ``flows.local_tasks``), parameters substituted as Argo would, output
+local process (see ``flows.local.tasks``), parameters substituted as Argo would, output
 parameters read from the files the templates declare, retries and deadlines honoured,
 memoized templates served from a local cache, and the exit handler run at the end
 whatever happened. The run directory ``runs/<workflow name>/`` keeps each task's log and
@@ -24,14 +24,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from flows.local_checks import (
+from flows.local.checks import (
     UnsupportedFeature,
     parse_duration,
     substitute,
     substitute_all,
     unsupported,
 )
-from flows.local_tasks import (
+from flows.local.tasks import (
     ProcessSpec,
     SubprocessHandler,
     TaskHandler,
@@ -412,7 +412,7 @@ def run_local(
     """
     from rich.console import Console
 
-    from flows.local_view import LiveView, print_summary
+    from flows.local.view import LiveView, print_summary
 
     console = console or Console(stderr=True, soft_wrap=True)
     view = LiveView(console)

@@ -22,8 +22,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.models.signature import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
-from steps.config import PipelineConfig
-from steps.inference import TrainedModel
+from steps.common.config import PipelineConfig
+from steps.common.inference import TrainedModel
 
 LOGGED_NAME = "classifier"
 

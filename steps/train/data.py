@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from steps.config import StorageConfig
-from steps.models import CIFAR10_MEAN, CIFAR10_STD
-from steps.storage import open_store
+from steps.common.config import StorageConfig
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD
+from steps.common.storage import open_store
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "test")

@@ -2,7 +2,7 @@
 (Secrets by reference only), the security context, names, labels and links.
 
 The config reaches a pod as command-line arguments: one ``--set section.field=value`` for
-each field of the step sections that differs from the defaults in ``steps/config.py``, so a
+each field of the step sections that differs from the defaults in ``steps/common/config/``, so a
 step rebuilds exactly the config the flow was given, with no file in the image and no
 ConfigMap. ``config_args`` proves that by loading its own output back.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from hera.workflows import models as m
 from kubernetes import client as k8s
 
-from steps.config import ConfigError, PipelineConfig, load_config
+from steps.common.config import ConfigError, PipelineConfig, load_config
 
 APP = "cifar-pipeline"
 OUTPUTS_DIR = "/tmp/outputs"  # where the steps write their output parameters

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from flows.local_checks import UnsupportedFeature
+from flows.local.checks import UnsupportedFeature
 
 
 @dataclass

@@ -6,12 +6,12 @@
 
 Variants: eager FP32, on a GPU eager FP16/BF16 channels_last, and every variant that
 ``steps.optimize`` built (one it skipped or that cannot run here is listed with the reason).
-Per batch size: p50/p90/p99 latency, images/s, peak memory (``steps.timing``); per variant:
-test-set accuracy. Writes ``benchmark.json``, ``report.md`` and ``benchmark.png`` under
+Per batch size: p50/p90/p99 latency, images/s, peak memory (``steps.benchmark.timing``);
+per variant: test-set accuracy. Writes ``benchmark.json``, ``report.md`` and ``benchmark.png`` under
 REPORT_URI (``benchmark.json`` last), and into the outputs dir ``report.md``,
 ``benchmark.json`` and ``summary.json`` (seconds, best_variant, promoted). With MLflow on,
 logs ``bench/<variant>/bs<N>/<stat>`` metrics and the files, then registers the model and
-moves the alias only if it passes the gate (``steps.registry``).
+moves the alias only if it passes the gate (``steps.benchmark.registry``).
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from typing import Any
 
 import torch
 
-from steps.bench_report import markdown, plot_png
-from steps.config import ConfigError, PipelineConfig, load_config
-from steps.inference import (
+from steps.benchmark.report import markdown, plot_png
+from steps.benchmark.timing import memory_probe, summarize, time_calls
+from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.inference import (
     DTYPES,
     InputError,
     VariantUnavailable,
@@ -46,16 +47,14 @@ from steps.inference import (
     read_variants,
     run_batched,
 )
-from steps.step_cli import (
+from steps.common.step_cli import (
     add_common,
-    exit_process,
     run_main,
     step_seconds,
     tracking_wanted,
     write_outputs,
 )
-from steps.storage import open_store
-from steps.timing import memory_probe, summarize, time_calls
+from steps.common.storage import open_store
 
 TIMING_FIELDS = (
     "batch_sizes",
@@ -124,7 +123,7 @@ def collect(cfg, trained, doc, opt_uri: str, device, workdir: Path):
 def measure_all(cfg, runners, images: torch.Tensor, labels: torch.Tensor, max_batch, min_batch):
     """Accuracy and per-batch timings of every runner; ``images`` normalised, on device.
     Per batch size the variants take turns, ``benchmark.rounds`` times, each round with a
-    share of the iterations and time budget (see ``steps.timing``)."""
+    share of the iterations and time budget (see ``steps.benchmark.timing``)."""
     bench = cfg.benchmark
     rounds = bench.rounds
     probe = memory_probe(images.device)
@@ -260,7 +259,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         report = build_report(cfg, trained, doc, split, args, device, gate)
         if tracked:
-            from steps.registry import promote_best
+            from steps.benchmark.registry import promote_best
 
             example = normalize(split.images[:2].to(device), trained.mean, trained.std)
             report["promotion"] = promote_best(cfg, trained, report, example, tracked.run_id)
@@ -291,7 +290,3 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return run_main("benchmark", run, args, user_errors=(ConfigError, InputError))
-
-
-if __name__ == "__main__":
-    exit_process(main())

@@ -30,7 +30,11 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from steps.cifar_data import (
+from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.progress import human_mb, transfer
+from steps.common.step_cli import run_main, startup_seconds
+from steps.common.storage import LocalStore, open_store, split_uri
+from steps.stage_data.cifar import (
     SYNTHETIC_GENERATOR,
     DataError,
     Splits,
@@ -40,10 +44,6 @@ from steps.cifar_data import (
     synthetic_splits,
     verify_md5,
 )
-from steps.config import ConfigError, PipelineConfig, load_config
-from steps.progress import human_mb, transfer
-from steps.step_cli import exit_process, run_main, startup_seconds
-from steps.storage import LocalStore, open_store, split_uri
 
 ARRAY_FILES = ("train_images", "train_labels", "test_images", "test_labels")
 MANIFEST = "manifest.json"
@@ -329,7 +329,3 @@ def run(args: argparse.Namespace, console: Console | None = None) -> StageResult
 
 def main(argv: list[str] | None = None) -> int:
     return run_main("stage_data", run, build_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    exit_process(main())

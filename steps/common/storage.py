@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
-from steps.config import StorageConfig
+from steps.common.config import StorageConfig
 
 MB = 1024 * 1024
 ProgressCallback = Callable[[int], None]

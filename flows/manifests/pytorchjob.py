@@ -22,7 +22,7 @@ from kubeflow.training import models as kf
 from kubeflow.training.constants import constants
 from kubernetes import client as k8s
 
-from flows.common import (
+from flows.manifests.pod import (
     DATA_VOLUME,
     ISTIO_INJECT,
     MAX_NAME,
@@ -32,7 +32,7 @@ from flows.common import (
     dns1035,
     pod_security,
 )
-from steps.config import PipelineConfig
+from steps.common.config import PipelineConfig
 
 GENERATED_SUFFIX = 5  # characters the API server appends to metadata.generateName
 SHM_VOLUME = "dshm"

@@ -1,0 +1,1 @@
+"""The local runner: an Argo Workflow run on this machine, its templates as processes."""

@@ -1,0 +1,1 @@
+"""What the workflow carries to Kubernetes: pod environment, security and names; the jobs."""

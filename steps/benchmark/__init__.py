@@ -1,0 +1,1 @@
+"""The benchmark step: ``python -m steps.benchmark`` runs ``steps.benchmark.step``."""

@@ -1,0 +1,1 @@
+"""The optimize step: ``python -m steps.optimize`` runs ``steps.optimize.step``."""

@@ -1,0 +1,1 @@
+"""The train step: ``python -m steps.train`` runs ``steps.train.step``."""

@@ -1,26 +1,26 @@
-"""The pipeline's one configuration model: sections, field types and the loader."""
+"""The pipeline's one configuration model: the sections (``sections``, ``cluster``), the
+field types they share (``fields``), and ``load_config`` with its errors (``loader``)."""
 
+from steps.common.config.cluster import ClusterConfig, ImagesConfig, ScheduleConfig, package_version
 from steps.common.config.loader import (
-    CIFAR10_MD5,
-    CIFAR10_URL,
     DEFAULT_CONFIG_PATH,
     REPO_ROOT,
-    BenchmarkConfig,
-    ClusterConfig,
     ConfigError,
-    DataConfig,
-    ImagesConfig,
-    OptimizeConfig,
     PipelineConfig,
-    ScheduleConfig,
-    StorageConfig,
-    TrackingConfig,
-    TrainConfig,
     describe,
     dump_config,
     flatten,
     load_config,
-    package_version,
+)
+from steps.common.config.sections import (
+    CIFAR10_MD5,
+    CIFAR10_URL,
+    BenchmarkConfig,
+    DataConfig,
+    OptimizeConfig,
+    StorageConfig,
+    TrackingConfig,
+    TrainConfig,
 )
 
 __all__ = [

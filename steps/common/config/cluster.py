@@ -1,0 +1,119 @@
+"""The sections only the flow reads: the cluster a run goes to, its images, its schedule."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from steps.common.config.fields import (
+    CronName,
+    CronSchedule,
+    Duration,
+    ImageTag,
+    KubeName,
+    Quantity,
+    Section,
+)
+
+
+def package_version() -> str:
+    """The installed project's version: the tag every step image carries."""
+    try:
+        return metadata.version("cifar-pipeline")
+    except metadata.PackageNotFoundError:  # running from a checkout that is not installed
+        return "0.0.0+unknown"
+
+
+class ClusterConfig(Section):
+    argo_host: str | None = Field(None, description="Argo server URL; default: ARGO_HOST")
+    argo_ui_url: str | None = Field(None, description="Argo UI base URL; default: argo_host")
+    namespace: KubeName = Field("argo", description="namespace of workflows and PyTorchJobs")
+    verify_tls: bool = Field(True, description="verify the Argo server's certificate")
+    service_account: KubeName = Field("cifar-pipeline", description="workflow service account")
+    nodes: int = Field(1, ge=1, description="PyTorchJob nodes: 1 Master + nodes-1 Workers")
+    gpus_per_node: int = Field(0, ge=0, description="nvidia.com/gpu limit per pod")
+    cpu: Quantity = Field("2", description="CPU request per training pod")
+    memory: Quantity = Field("8Gi", description="memory request per training pod")
+    shm_size: Quantity = Field("2Gi", description="size of the /dev/shm memory emptyDir")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="pod nodeSelector")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, description="tolerations")
+    nccl_env: dict[str, str] = Field(default_factory=dict, description="NCCL_* variables")
+    rdma: bool = Field(False, description="RDMA interconnect: adds the IPC_LOCK capability")
+    istio_inject: bool = Field(False, description="allow an Istio sidecar in job pods")
+    scheduler_name: str | None = Field(None, description="pod schedulerName, e.g. volcano")
+    queue: str | None = Field(None, description="Volcano queue for gang scheduling")
+    priority_class: str | None = Field(None, description="gang scheduling priorityClass")
+    min_available: int | None = Field(None, ge=1, description="gang size; default: all pods")
+    clean_pod_policy: Literal["None", "Running", "All"] = Field("None", description="pods kept")
+    backoff_limit: int = Field(3, ge=0, description="PyTorchJob restarts before failing")
+    active_deadline_seconds: int = Field(6 * 3600, ge=60, description="job time limit")
+    ttl_seconds_after_finished: int = Field(24 * 3600, ge=0, description="job kept this long")
+    elastic_min_nodes: int | None = Field(None, ge=1, description="elastic: fewest nodes")
+    s3_secret: KubeName = Field("cifar-s3", description="Secret with AWS_ACCESS_KEY_ID/SECRET")
+    mlflow_secret: KubeName | None = Field(None, description="Secret with MLFLOW_TRACKING_TOKEN")
+    job_name_prefix: str = Field(
+        "cifar-train", description="PyTorchJob generateName; cut with a hash to fit 63 chars"
+    )
+    run_as_user: int = Field(10001, ge=1, description="uid, gid and fsGroup of every pod")
+    step_cpu: Quantity = Field("1", description="CPU request of the stage/optimize/benchmark pods")
+    step_memory: Quantity = Field("4Gi", description="memory request and limit of those pods")
+    optimize_gpus: int = Field(0, ge=0, description="nvidia.com/gpu of optimize and benchmark")
+    step_deadline_seconds: int = Field(2 * 3600, ge=60, description="time limit of a step pod")
+    retry_limit: int = Field(2, ge=0, le=10, description="retries of a step after a fault")
+    retry_backoff: Duration = Field("10s", description="first retry delay, doubling: 10s, 2m, 1h")
+    pvc: KubeName | None = Field(None, description="PersistentVolumeClaim mounted in every pod")
+    pvc_mount_path: str = Field("/mnt/cifar", description="where cluster.pvc is mounted")
+    cache_configmap: KubeName = Field(
+        "cifar-pipeline-cache", description="ConfigMap of Argo's memoization cache (staging)"
+    )
+    stage_cache_max_age: Duration = Field("720h", description="memoized staging reused this long")
+    pod_gc: Literal[
+        "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion", "OnWorkflowSuccess"
+    ] = Field("OnWorkflowSuccess", description="when Argo deletes finished pods")
+    ttl_after_success_s: int = Field(24 * 3600, ge=0, description="succeeded workflow kept")
+    ttl_after_failure_s: int = Field(7 * 24 * 3600, ge=0, description="failed workflow kept")
+    poll_interval_s: float = Field(10.0, gt=0, description="--wait: seconds between polls")
+
+    @field_validator("tolerations")
+    @classmethod
+    def _toleration_keys(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        allowed = {"key", "operator", "value", "effect", "tolerationSeconds"}
+        for i, item in enumerate(value):
+            unknown = sorted(set(item) - allowed)
+            if unknown:
+                raise ValueError(f"[{i}] has {unknown}; allowed keys: {sorted(allowed)}")
+        return value
+
+    @model_validator(mode="after")
+    def _gang_and_elastic(self) -> ClusterConfig:
+        if self.min_available is not None and self.min_available > self.nodes:
+            raise ValueError(f"min_available {self.min_available} > nodes {self.nodes}")
+        if self.elastic_min_nodes is not None:
+            if self.nodes < 2:
+                raise ValueError("elastic_min_nodes needs nodes >= 2 (elastic jobs need Workers)")
+            if self.elastic_min_nodes > self.nodes:
+                raise ValueError(f"elastic_min_nodes {self.elastic_min_nodes} > nodes {self.nodes}")
+        return self
+
+
+class ImagesConfig(Section):
+    registry: str = Field("ghcr.io/cifar-pipeline", description="image registry and path")
+    tag: ImageTag = Field(default_factory=package_version, description="image tag: the version")
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="imagePullPolicy of every step"
+    )
+
+    def image(self, step: Literal["data", "train", "optimize"]) -> str:
+        return f"{self.registry}/cifar-{step}:{self.tag}"
+
+
+class ScheduleConfig(Section):
+    name: CronName = Field("cifar-nightly", description="CronWorkflow name (max 52 characters)")
+    cron: CronSchedule = Field("0 2 * * *", description="CronWorkflow schedule (nightly retrain)")
+    timezone: str = Field("UTC", description="IANA time zone of the schedule")
+    concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field("Forbid")
+    starting_deadline_seconds: int = Field(600, ge=0, description="late start allowed")
+    successful_history_limit: int = Field(3, ge=0, description="finished runs kept")
+    failed_history_limit: int = Field(3, ge=0, description="failed runs kept")

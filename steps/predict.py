@@ -27,6 +27,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from steps.common.config import ConfigError, load_config
+from steps.common.device import pick_device
 from steps.common.inference import (
     DTYPES,
     InputError,
@@ -36,7 +37,6 @@ from steps.common.inference import (
     load_trained,
     load_variant_file,
     normalize,
-    pick_device,
     read_variants,
     run_batched,
 )

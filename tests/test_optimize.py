@@ -19,11 +19,11 @@ import torch
 from torch._inductor.package import load_package
 
 from steps.common.config import ConfigError, OptimizeConfig
+from steps.common.device import cpu_capability
 from steps.common.inference import (
     SMALL_BATCH_PROGRAM,
     BatchSizeDispatch,
     InputError,
-    cpu_capability,
     load_variant_file,
 )
 from steps.optimize import step as optimize

@@ -16,7 +16,8 @@ import torch
 from rich.console import Console
 
 from steps.common.config import PipelineConfig
-from steps.common.inference import cpu_bf16_features, load_test_split, normalize
+from steps.common.device import cpu_bf16_features
+from steps.common.inference import load_test_split, normalize
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
 from steps.optimize import step as optimize
 from steps.stage_data.cifar import synthetic_splits

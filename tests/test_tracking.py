@@ -12,13 +12,8 @@ import mlflow
 import pytest
 
 from steps.common.config import TrackingConfig, load_config
-from steps.tracking import (
-    TrackingError,
-    end_pipeline_run,
-    open_run,
-    start_pipeline_run,
-    wait_until_reachable,
-)
+from steps.common.tracking import TrackingError, open_run, wait_until_reachable
+from steps.tracking import end_pipeline_run, start_pipeline_run
 from tests.conftest import REPO_ROOT
 from tests.mlflow_server import MLflowServer
 from tests.servers import free_port

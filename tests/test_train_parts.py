@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from steps.common.config import TrainConfig
-from steps.common.inference import cpu_bf16_features
+from steps.common.device import cpu_bf16_features
 from steps.common.models import ARCHITECTURES, build_model, count_parameters
 from steps.common.storage import LocalStore
 from steps.train.data import Batches, crop_flip, epoch_order

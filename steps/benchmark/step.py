@@ -32,18 +32,16 @@ import torch
 from steps.benchmark.report import markdown, plot_png
 from steps.benchmark.timing import memory_probe, summarize, time_calls
 from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.device import device_name, environment, pick_device
 from steps.common.inference import (
     DTYPES,
     InputError,
     VariantUnavailable,
-    device_name,
-    environment,
     fetch_variant,
     load_test_split,
     load_trained,
     load_variant_file,
     normalize,
-    pick_device,
     read_variants,
     run_batched,
 )
@@ -252,7 +250,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     store = open_store(args.output, cfg.storage)
     tracked = None
     if tracking_wanted(cfg, args.mlflow_run_id):  # before the long part: fail early
-        from steps.tracking import open_run
+        from steps.common.tracking import open_run
 
         tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="benchmark")
     succeeded = False

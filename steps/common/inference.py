@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import platform
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import torch
 from torch import nn
 
 from steps.common.config import StorageConfig
+from steps.common.device import cpu_bf16_features, cpu_capability
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
 from steps.common.storage import StorageError, open_store
 
@@ -73,10 +73,6 @@ class TestSplit:
     digest: str
     images: torch.Tensor
     labels: torch.Tensor
-
-
-def pick_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
 def _read_json(store, key: str, what: str) -> dict[str, Any]:
@@ -146,56 +142,6 @@ def run_batched(fn: Runner, x: torch.Tensor, max_batch: int, min_batch: int = 1)
                 chunk = torch.cat([chunk, chunk[:1].expand(min_batch - n, *chunk.shape[1:])])
             outs.append(fn(chunk)[:n].float())
     return torch.cat(outs)
-
-
-def cpu_capability() -> str:
-    return torch.backends.cpu.get_cpu_capability()
-
-
-def cpu_bf16_features() -> list[str]:
-    """This CPU's native BF16 units: AMX tiles and/or AVX512-BF16 (none: emulated, slow)."""
-    probes = {"amx": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
-    return [name for name, probe in probes.items() if getattr(torch.cpu, probe, lambda: False)()]
-
-
-def environment(device: torch.device) -> dict[str, Any]:
-    """Versions and hardware, recorded with every result."""
-    try:
-        import torch_tensorrt
-
-        trt_version = torch_tensorrt.__version__
-    except ImportError:
-        trt_version = None
-    env = {
-        "torch": torch.__version__,
-        "torch_tensorrt": trt_version,
-        "python": platform.python_version(),
-        "device": device.type,
-        "cpu": _cpu_name(),
-        "cpu_capability": cpu_capability(),
-        "cpu_bf16_features": cpu_bf16_features(),
-        "threads": torch.get_num_threads(),
-        "cuda": torch.version.cuda,
-        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-    }
-    return env
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def device_name(device: torch.device) -> str:
-    """How reports name the hardware: the GPU's name, else the CPU's and its thread count."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{_cpu_name()} ({torch.get_num_threads()} threads)"
 
 
 def read_variants(uri: str, storage: StorageConfig) -> dict[str, Any]:

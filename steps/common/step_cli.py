@@ -1,8 +1,9 @@
-"""The command-line conventions optimize, benchmark and predict share.
+"""The command-line conventions every step shares: common options, output files, exit codes.
 
 Exit codes: 0 done; 2 a user error (bad config, a URI that does not hold what it should);
-1 a runtime failure (storage, tracking, a failed gate, a crash). One line on stderr, the
-traceback only with ``--debug``.
+1 a runtime failure (storage, tracking, a failed gate, a crash); a step may add its own
+(training's test-only stop: 3). One line on stderr, the traceback only with ``--debug``.
+Output parameters are small files in ``--outputs-dir`` (default ``$CIFAR_OUTPUTS_DIR``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -21,20 +22,30 @@ from steps.common.config import ConfigError, PipelineConfig, TrackingConfig
 from steps.common.storage import LocalStore
 
 # This module stays torch-free: the data image's staging step uses it too.
+OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
 
 
-def add_common(parser: argparse.ArgumentParser, outputs: bool = True) -> None:
+def add_common(
+    parser: argparse.ArgumentParser, *, outputs: bool = True, mlflow_run: bool = True
+) -> None:
+    """``--config``, ``--set`` and ``--debug``; ``--outputs-dir`` for a step with output
+    parameters; ``--mlflow-run-id`` for a step that logs into the pipeline's run."""
     parser.add_argument("--config", help="pipeline config YAML (default: configs/local.yaml)")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE"
     )
+    if mlflow_run:
+        parser.add_argument(
+            "--mlflow-run-id",
+            default=os.environ.get("MLFLOW_RUN_ID") or None,
+            help="join the pipeline's MLflow run (default: $MLFLOW_RUN_ID, else a run of its own)",
+        )
     if outputs:
-        parser.add_argument("--mlflow-run-id", help="join the pipeline's MLflow run")
         parser.add_argument(
             "--outputs-dir",
             type=Path,
-            default=os.environ.get("CIFAR_OUTPUTS_DIR"),
-            help="write the step's output parameters here (default: $CIFAR_OUTPUTS_DIR)",
+            default=os.environ.get(OUTPUTS_ENV),
+            help=f"write the step's output parameters here (default: ${OUTPUTS_ENV})",
         )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
 
@@ -106,21 +117,21 @@ def run_main(
     run: Callable[[argparse.Namespace], Any],
     args: argparse.Namespace,
     user_errors: tuple[type[Exception], ...] = (ConfigError,),
+    exit_codes: Mapping[type[Exception], int] | None = None,
 ) -> int:
+    """Run a step; a failure is ``prog: error: <one line>`` on stderr and its exit code (see
+    above). ``exit_codes`` gives a step's own exceptions codes of their own."""
     try:
         result = run(args)
-    except user_errors as exc:
-        if args.debug:
-            raise
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
     except Exception as exc:
         if args.debug:
             raise
+        special = [code for kind, code in (exit_codes or {}).items() if isinstance(exc, kind)]
+        code = special[0] if special else 2 if isinstance(exc, user_errors) else 1
         lines = str(exc).strip().splitlines()
         text = lines[0] if lines else ""
         if not type(exc).__module__.startswith("steps."):  # a crash: name its type
             text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-        print(f"{prog}: error: {text}", file=sys.stderr)
-        return 1
+        print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+        return code
     return getattr(result, "exit_code", 0)  # predict: 2 when some inputs were bad

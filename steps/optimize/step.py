@@ -25,19 +25,17 @@ from typing import Any
 import torch
 
 from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.device import cpu_capability, environment, pick_device
 from steps.common.inference import (
     DTYPES,
     VARIANTS_FILE,
     InputError,
     TestSplit,
     TrainedModel,
-    cpu_capability,
-    environment,
     load_test_split,
     load_trained,
     load_variant_file,
     normalize,
-    pick_device,
     run_batched,
 )
 from steps.common.step_cli import (
@@ -180,7 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     tracked = None
     if tracking_wanted(cfg, args.mlflow_run_id):
-        from steps.tracking import open_run
+        from steps.common.tracking import open_run
 
         tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="optimize")
     succeeded = False

@@ -29,14 +29,13 @@ from torch._inductor.package import load_package, package_aoti
 from torch.fx.experimental.optimization import fuse
 
 from steps.common.config import OptimizeConfig
+from steps.common.device import cpu_bf16_features, cpu_capability
 from steps.common.inference import (
     AOTI_PROGRAMS,
     DTYPES,
     LARGE_BATCH_PROGRAM,
     SMALL_BATCH_PROGRAM,
     Runner,
-    cpu_bf16_features,
-    cpu_capability,
     load_variant_file,
     run_batched,
 )

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from steps.common.config import TrainConfig
-from steps.common.inference import cpu_bf16_features
+from steps.common.device import cpu_bf16_features
 from steps.train.data import Batches
 
 EVAL_BATCH = 1024  # test images per forward pass and rank

@@ -21,7 +21,7 @@ from mlflow.models.signature import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
 from steps.common.config import PipelineConfig, flatten
-from steps.tracking import TrackedRun
+from steps.common.tracking import TrackedRun
 from steps.train.data import Dataset
 
 # MLflow's dataset digest column holds 36 characters; the full sha256 goes in a tag.

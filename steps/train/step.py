@@ -35,7 +35,7 @@ from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.models import build_model
 from steps.common.step_cli import startup_seconds
 from steps.common.storage import LocalStore, StorageError, open_store
-from steps.tracking import TrackedRun, TrackingError, open_run
+from steps.common.tracking import TrackedRun, TrackingError, open_run
 from steps.train.data import Batches, TrainDataError, load_dataset
 from steps.train.loop import (
     epoch_metrics,

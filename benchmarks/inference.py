@@ -29,7 +29,7 @@ from steps.benchmark import step as benchmark  # noqa: E402
 from steps.common.config import load_config  # noqa: E402
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model  # noqa: E402
 from steps.optimize import step as optimize  # noqa: E402
-from steps.stage_data.step import parse_source, stage_dataset  # noqa: E402
+from steps.stage_data.stage import parse_source, stage_dataset  # noqa: E402
 
 
 def untrained_model(tmp: Path, width: int) -> tuple[str, str]:

@@ -26,8 +26,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from steps.common.config import load_config  # noqa: E402
+from steps.common.dataset import write_arrays  # noqa: E402
 from steps.stage_data.cifar import synthetic_splits  # noqa: E402
-from steps.stage_data.step import _write_arrays, parse_source, stage_dataset  # noqa: E402
+from steps.stage_data.stage import parse_source, stage_dataset  # noqa: E402
 from tests.servers import SeaweedFS  # noqa: E402
 
 MB = 1024 * 1024
@@ -52,7 +53,7 @@ def main() -> None:
             source = parse_source(f"synthetic:{args.images}")
             files_dir = tmp / "files"
             files_dir.mkdir()
-            files = _write_arrays(synthetic_splits(args.images, 0), files_dir)
+            files = write_arrays(synthetic_splits(args.images, 0).arrays(), files_dir)
             total = sum(info["bytes"] for info in files.values())
             console.print(
                 f"dataset: {args.images:,} + {args.images // 5:,} images, {total / MB:.1f} MB"

@@ -21,7 +21,7 @@ from steps.common.inference import load_test_split, normalize
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
 from steps.optimize import step as optimize
 from steps.stage_data.cifar import synthetic_splits
-from steps.stage_data.step import parse_source, stage_dataset
+from steps.stage_data.stage import parse_source, stage_dataset
 
 WIDTH = 8  # a ResNet-9 of 100k parameters: seconds to train, fast to compile
 BF16_CPU = bool(cpu_bf16_features())  # AMX / AVX512-BF16: aoti_bf16 is built too

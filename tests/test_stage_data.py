@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 
 from steps.common.config import load_config
+from steps.common.dataset import content_digest
 from steps.common.storage import open_store
 from steps.stage_data.cifar import md5sum, synthetic_splits
-from steps.stage_data.step import content_digest, parse_source, stage_dataset
+from steps.stage_data.stage import parse_source, stage_dataset
 from tests.cifar_files import CLASSES, write_cifar_tarball
 from tests.conftest import REPO_ROOT, S3Bucket
 from tests.servers import SeaweedFS, free_port

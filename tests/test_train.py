@@ -27,9 +27,10 @@ from rich.console import Console
 from steps.common.config import flatten, load_config
 from steps.common.models import build_model
 from steps.common.storage import open_store
-from steps.stage_data.step import parse_source, stage_dataset
+from steps.stage_data.stage import parse_source, stage_dataset
+from steps.train.fit import DEBUG_DIR_ENV, STOP_AFTER_ENV, StopRequested
 from steps.train.state import checkpoint_epochs, checkpoint_key, state_checksum
-from steps.train.step import DEBUG_DIR_ENV, STOP_AFTER_ENV, StopRequested, build_parser, main, run
+from steps.train.step import build_parser, main, run
 from tests.conftest import REPO_ROOT, S3Bucket
 from tests.mlflow_server import MLflowServer
 from tests.servers import free_port

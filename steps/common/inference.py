@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from steps.common.config import StorageConfig
+from steps.common.dataset import read_manifest, read_split
 from steps.common.device import cpu_bf16_features, cpu_capability
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
 from steps.common.storage import StorageError, open_store
@@ -111,17 +111,10 @@ def load_trained(uri: str, storage: StorageConfig, device: torch.device) -> Trai
 def load_test_split(uri: str, storage: StorageConfig) -> TestSplit:
     """The test arrays of a dataset staged by ``steps.stage_data``, sha256-verified."""
     store = open_store(uri, storage)
-    manifest = _read_json(store, "manifest.json", "pass the DATASET_URI steps.stage_data printed")
-    arrays = {}
-    for key in ("test_images.npy", "test_labels.npy"):
-        expected = manifest.get("files", {}).get(key, {}).get("sha256")
-        data = store.read_bytes(key)
-        if hashlib.sha256(data).hexdigest() != expected:
-            raise InputError(f"{store.uri(key)}: sha256 differs from manifest.json's; corrupt")
-        arrays[key] = np.load(io.BytesIO(data), allow_pickle=False)
-    images = torch.from_numpy(arrays["test_images.npy"]).permute(0, 3, 1, 2).contiguous()
-    labels = torch.from_numpy(arrays["test_labels.npy"].astype(np.int64))
-    return TestSplit(uri, manifest.get("digest", ""), images, labels)
+    manifest = read_manifest(store)
+    images, labels = read_split(store, manifest, "test")
+    pixels = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+    return TestSplit(uri, manifest["digest"], pixels, torch.from_numpy(labels))
 
 
 def normalize(images: torch.Tensor, mean, std) -> torch.Tensor:

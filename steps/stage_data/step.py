@@ -1,289 +1,26 @@
 """Stage CIFAR-10 into the artifact store, content-addressed, manifest last.
 
     python -m steps.stage_data --source {cifar10 | synthetic[:N] | PATH-or-URI}
-                               --dest ROOT_URI [--outputs-dir DIR]
+                               --dest ROOT_URI [--md5 HEX|none] [--outputs-dir DIR]
+                               [--config FILE] [--set section.field=value ...] [--debug]
 
-parse args -> resolve the source -> arrays -> .npy files and their sha256 -> upload to
-``ROOT/datasets/<name>/<sha256>/`` with ``manifest.json`` written last -> output parameters.
-
-A reader that finds the manifest finds the whole dataset. Staging the same content again
-finds the manifest and does nothing; a small index ``datasets/<name>/sources/<key>.json``
-(key: the tarball's md5 or the synthetic parameters) lets a re-run skip even the download.
-This module never imports torch: the data image stays small.
+parse args -> resolve the source -> stage it (``steps.stage_data.stage``) -> output
+parameters ``dataset_uri``, ``digest``, ``num_train``, ``num_test`` and ``summary.json``;
+the dataset URI on stdout. Staging the same content again finds the manifest and does
+nothing. This step never imports torch: the data image stays small.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
-import re
-import tempfile
-import time
-from collections.abc import Callable
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
+from dataclasses import asdict
 
-import numpy as np
 from rich.console import Console
 
-from steps.common.config import ConfigError, PipelineConfig, load_config
-from steps.common.progress import human_mb, transfer
-from steps.common.step_cli import run_main, startup_seconds
-from steps.common.storage import LocalStore, open_store, split_uri
-from steps.stage_data.cifar import (
-    SYNTHETIC_GENERATOR,
-    DataError,
-    Splits,
-    download,
-    md5sum,
-    parse_tarball,
-    synthetic_splits,
-    verify_md5,
-)
-
-ARRAY_FILES = ("train_images", "train_labels", "test_images", "test_labels")
-MANIFEST = "manifest.json"
-DEFAULT_SYNTHETIC_SIZE = 50_000
-OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
-CACHE_ENV = "CIFAR_CACHE_DIR"
-
-
-@dataclass(frozen=True)
-class Source:
-    """What ``--source`` names: the official download, a tarball copy, or synthetic data."""
-
-    kind: str  # cifar10 | tarball | synthetic
-    spec: str
-    location: str = ""
-    size: int = 0
-
-    @property
-    def dataset_name(self) -> str:
-        return "synthetic" if self.kind == "synthetic" else "cifar10"
-
-
-@dataclass
-class StageResult:
-    dataset_uri: str
-    digest: str
-    name: str
-    num_train: int
-    num_test: int
-    already_staged: bool
-    uploaded_bytes: int = 0
-    upload_seconds: float = 0.0
-    seconds: float = 0.0
-    startup_seconds: float | None = None  # process start to the step's own code
-    class_counts: dict[str, list[int]] = field(default_factory=dict)
-
-
-def parse_source(text: str) -> Source:
-    """``cifar10``, ``synthetic`` / ``synthetic:N``, or a path / file:// / s3:// tarball."""
-    if text == "cifar10":
-        return Source("cifar10", text)
-    match = re.fullmatch(r"synthetic(?::(\d+))?", text)
-    if match:
-        size = int(match.group(1)) if match.group(1) else DEFAULT_SYNTHETIC_SIZE
-        if size < 10:
-            raise ConfigError(f"--source {text}: synthetic needs at least 10 images")
-        return Source("synthetic", text, size=size)
-    if text.startswith("synthetic"):
-        raise ConfigError(f"--source {text}: expected synthetic or synthetic:N (N images)")
-    foreign_scheme = re.match(r"^[a-z0-9+]+://", text) and not text.startswith(("s3://", "file://"))
-    if not text or foreign_scheme:
-        raise ConfigError(
-            f"--source {text!r}: expected cifar10, synthetic[:N], or a path, file:// or s3:// "
-            "URI of cifar-10-python.tar.gz"
-        )
-    return Source("tarball", text, location=text)
-
-
-def _cache_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cifar-pipeline"
-    return Path(os.environ.get(CACHE_ENV, default))
-
-
-def _fetch_tarball(source: Source, cfg: PipelineConfig, tmp: Path, console: Console) -> Path:
-    """A local, md5-verified copy of the tarball a source names."""
-    md5 = cfg.data.md5
-    if source.kind == "cifar10":
-        cached = _cache_dir() / "cifar-10-python.tar.gz"
-        if cached.is_file() and md5 != "none" and md5sum(cached) == md5:
-            console.print(f"Using the cached download {cached}")
-            return cached
-        cached.parent.mkdir(parents=True, exist_ok=True)
-
-        with ExitStack() as stack:
-
-            def start(total: int | None) -> Callable[[int], None]:  # a line per attempt
-                return stack.enter_context(transfer(console, f"Downloading {cfg.data.url}", total))
-
-            download(
-                cfg.data.url,
-                cached,
-                retries=cfg.data.download_retries,
-                timeout_s=cfg.data.download_timeout_s,
-                on_start=start,
-            )
-        try:
-            verify_md5(cached, md5, cfg.data.url)
-        except DataError:
-            cached.unlink(missing_ok=True)
-            raise
-        return cached
-    if source.location.startswith("s3://"):
-        store, key = split_uri(source.location, cfg.storage)
-        local = tmp / "cifar-10-python.tar.gz"
-        total = store.size(key)
-        with transfer(console, f"Downloading {source.location}", total) as advance:
-            store.download_file(key, local, advance)
-    else:
-        local = Path(source.location.removeprefix("file://"))
-        if not local.is_file():
-            raise DataError(f"{source.location}: no such file")
-    verify_md5(local, md5, source.location)
-    return local
-
-
-def _source_key(source: Source, cfg: PipelineConfig) -> str | None:
-    """A key for the source index, known before any download; None when there is none."""
-    if source.kind == "synthetic":
-        text = f"{SYNTHETIC_GENERATOR}:{source.size}:{cfg.data.synthetic_seed}"
-        return "synthetic-" + hashlib.sha256(text.encode()).hexdigest()[:32]
-    if cfg.data.md5 != "none":
-        return f"md5-{cfg.data.md5}"
-    return None
-
-
-def _write_arrays(splits: Splits, directory: Path) -> dict[str, dict]:
-    files = {}
-    for name, array in splits.arrays().items():
-        path = directory / f"{name}.npy"
-        np.save(path, array, allow_pickle=False)
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(8 << 20):
-                digest.update(chunk)
-        files[f"{name}.npy"] = {
-            "sha256": digest.hexdigest(),
-            "bytes": path.stat().st_size,
-            "shape": list(array.shape),
-            "dtype": str(array.dtype),
-        }
-    return files
-
-
-def content_digest(files: dict[str, dict]) -> str:
-    """sha256 over the sorted ``name sha256`` lines: derivable from the manifest alone."""
-    lines = "".join(f"{name} {files[name]['sha256']}\n" for name in sorted(files))
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def _class_counts(splits: Splits) -> dict[str, list[int]]:
-    return {
-        "train": np.bincount(splits.train_labels, minlength=10).tolist(),
-        "test": np.bincount(splits.test_labels, minlength=10).tolist(),
-    }
-
-
-def _result_from_manifest(store, prefix: str, manifest: dict, start: float) -> StageResult:
-    return StageResult(
-        dataset_uri=store.uri(prefix),
-        digest=manifest["digest"],
-        name=manifest["name"],
-        num_train=manifest["counts"]["train"],
-        num_test=manifest["counts"]["test"],
-        already_staged=True,
-        seconds=time.perf_counter() - start,
-        class_counts=manifest["class_counts"],
-    )
-
-
-def stage_dataset(
-    source: Source, dest: str, cfg: PipelineConfig, console: Console | None = None
-) -> StageResult:
-    """Put the source's arrays under ``dest/datasets/<name>/<digest>/``, manifest last."""
-    console = console or Console(stderr=True, soft_wrap=True)
-    start = time.perf_counter()
-    store = open_store(dest, cfg.storage)
-    base = f"datasets/{source.dataset_name}"
-    key = _source_key(source, cfg)
-    index_key = f"{base}/sources/{key}.json" if key else None
-    if index_key and store.exists(index_key):
-        digest = json.loads(store.read_bytes(index_key))["digest"]
-        if store.exists(f"{base}/{digest}/{MANIFEST}"):
-            manifest = json.loads(store.read_bytes(f"{base}/{digest}/{MANIFEST}"))
-            console.print(f"Already staged: {store.uri(f'{base}/{digest}')} (nothing to do)")
-            return _result_from_manifest(store, f"{base}/{digest}", manifest, start)
-
-    with tempfile.TemporaryDirectory(prefix="stage-") as tmp_name:
-        tmp = Path(tmp_name)
-        source_md5 = None
-        if source.kind == "synthetic":
-            console.print(f"Generating {source.size:,} synthetic training images")
-            splits = synthetic_splits(source.size, cfg.data.synthetic_seed)
-        else:
-            tarball = _fetch_tarball(source, cfg, tmp, console)
-            source_md5 = md5sum(tarball) if cfg.data.md5 == "none" else cfg.data.md5
-            index_key = index_key or f"{base}/sources/md5-{source_md5}.json"
-            splits = parse_tarball(tarball, source.spec)
-        files = _write_arrays(splits, tmp)
-        digest = content_digest(files)
-        prefix = f"{base}/{digest}"
-        if store.exists(f"{prefix}/{MANIFEST}"):
-            console.print(f"Already staged: {store.uri(prefix)} (same content; nothing to do)")
-            manifest = json.loads(store.read_bytes(f"{prefix}/{MANIFEST}"))
-            store.write_bytes(index_key, json.dumps({"digest": digest}).encode())
-            return _result_from_manifest(store, prefix, manifest, start)
-
-        total = sum(info["bytes"] for info in files.values())
-        upload_start = time.perf_counter()
-        with transfer(console, f"Uploading to {store.uri(prefix)}", total) as advance:
-            for name in files:
-                store.upload_file(tmp / name, f"{prefix}/{name}", advance)
-        upload_seconds = time.perf_counter() - upload_start
-
-    manifest = {
-        "name": source.dataset_name,
-        "digest": digest,
-        "digest_method": "sha256 of the sorted lines '<file> <sha256>\\n' of files",
-        "format": "npy",
-        "layout": {"images": "uint8 N x 32 x 32 x 3 (RGB)", "labels": "int64 N"},
-        "classes": list(splits.classes),
-        "counts": {"train": len(splits.train_labels), "test": len(splits.test_labels)},
-        "class_counts": _class_counts(splits),
-        "files": files,
-        "source": source.spec,
-        "source_md5": source_md5,
-        "generator": SYNTHETIC_GENERATOR if source.kind == "synthetic" else None,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    # The manifest publishes the dataset: written only after every array is in place.
-    store.write_bytes(f"{prefix}/{MANIFEST}", json.dumps(manifest, indent=2).encode())
-    store.write_bytes(index_key, json.dumps({"digest": digest, "source": source.spec}).encode())
-    result = _result_from_manifest(store, prefix, manifest, start)
-    result.already_staged = False
-    result.uploaded_bytes, result.upload_seconds = total, upload_seconds
-    result.seconds = time.perf_counter() - start
-    return result
-
-
-def write_outputs(result: StageResult, directory: Path) -> None:
-    """Argo output parameters: one small file each, written atomically."""
-    outputs = LocalStore(directory)
-    values = {
-        "dataset_uri": result.dataset_uri,
-        "digest": result.digest,
-        "num_train": str(result.num_train),
-        "num_test": str(result.num_test),
-        "summary.json": json.dumps(asdict(result), indent=2),
-    }
-    for name, value in values.items():
-        outputs.write_bytes(name, value.encode())
+from steps.common.config import load_config
+from steps.common.progress import human_mb
+from steps.common.step_cli import add_common, run_main, startup_seconds, write_outputs
+from steps.stage_data.stage import StageResult, parse_source, stage_dataset
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,18 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--source", required=True, help="cifar10 | synthetic[:N] | PATH-or-URI")
     parser.add_argument("--dest", required=True, help="artifact root: path, file:// or s3://")
-    parser.add_argument(
-        "--outputs-dir",
-        type=Path,
-        default=os.environ.get(OUTPUTS_ENV),
-        help=f"write output parameters here (default: ${OUTPUTS_ENV}, else none)",
-    )
     parser.add_argument("--md5", help="expected tarball md5, or 'none' (default: data.md5)")
-    parser.add_argument("--config", help="pipeline config YAML (default: configs/local.yaml)")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE"
-    )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    add_common(parser, mlflow_run=False)
     return parser
 
 
@@ -315,7 +42,9 @@ def run(args: argparse.Namespace, console: Console | None = None) -> StageResult
     result = stage_dataset(source, args.dest, cfg, console)
     if args.outputs_dir:
         result.startup_seconds = startup_seconds(result.seconds)
-        write_outputs(result, args.outputs_dir)
+        outputs = {"dataset_uri": result.dataset_uri, "digest": result.digest}
+        outputs |= {"num_train": result.num_train, "num_test": result.num_test}
+        write_outputs(args.outputs_dir, {**outputs, "summary.json": asdict(result)})
     if not result.already_staged:
         console.print(
             f"Staged {result.num_train:,} train + {result.num_test:,} test images "

@@ -10,26 +10,15 @@ already in channels_last layout.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from steps.common.config import StorageConfig
+from steps.common.dataset import SIDE, SPLITS, read_manifest, read_split
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD
 from steps.common.storage import open_store
-
-MANIFEST = "manifest.json"
-SPLITS = ("train", "test")
-SIDE = 32
-
-
-class TrainDataError(RuntimeError):
-    """The dataset URI does not hold a complete, intact staged dataset."""
 
 
 @dataclass
@@ -46,45 +35,19 @@ class Dataset:
     test_labels: torch.Tensor
 
 
-def _read_array(store, key: str, info: dict | None, uri: str) -> np.ndarray:
-    if info is None:
-        raise TrainDataError(f"{uri}: manifest.json does not list {key}")
-    data = store.read_bytes(key)
-    if hashlib.sha256(data).hexdigest() != info.get("sha256"):
-        raise TrainDataError(f"{store.uri(key)}: sha256 differs from the manifest's; corrupt")
-    return np.load(io.BytesIO(data), allow_pickle=False)
-
-
 def load_dataset(uri: str, storage: StorageConfig, device: torch.device) -> Dataset:
     """Read a dataset staged by ``steps.stage_data`` (verifying every file) onto ``device``."""
     store = open_store(uri, storage)
-    if not store.exists(MANIFEST):
-        raise TrainDataError(
-            f"{uri}: no {MANIFEST}, so not a staged dataset; pass the URI that "
-            "steps.stage_data printed (ROOT/datasets/<name>/<sha256>)"
-        )
-    try:
-        manifest = json.loads(store.read_bytes(MANIFEST))
-        files, digest = manifest["files"], manifest["digest"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise TrainDataError(f"{store.uri(MANIFEST)}: malformed manifest ({exc})") from None
+    manifest = read_manifest(store)
     tensors: dict[str, torch.Tensor] = {}
     for split in SPLITS:
-        images = _read_array(store, f"{split}_images.npy", files.get(f"{split}_images.npy"), uri)
-        labels = _read_array(store, f"{split}_labels.npy", files.get(f"{split}_labels.npy"), uri)
-        if images.dtype != np.uint8 or images.shape[1:] != (SIDE, SIDE, 3):
-            raise TrainDataError(
-                f"{uri}: {split}_images is {images.dtype} {images.shape}, "
-                "expected uint8 N x 32 x 32 x 3"
-            )
-        if labels.shape != (len(images),) or labels.min(initial=0) < 0 or labels.max(initial=0) > 9:
-            raise TrainDataError(f"{uri}: {split}_labels do not match the images or 0..9")
+        images, labels = read_split(store, manifest, split)
         tensors[f"{split}_images"] = torch.from_numpy(images).to(device)
-        tensors[f"{split}_labels"] = torch.from_numpy(labels.astype(np.int64)).to(device)
+        tensors[f"{split}_labels"] = torch.from_numpy(labels).to(device)
     return Dataset(
         uri=uri,
         name=manifest.get("name", "dataset"),
-        digest=digest,
+        digest=manifest["digest"],
         classes=list(manifest.get("classes", [str(i) for i in range(10)])),
         **tensors,
     )

@@ -1,0 +1,276 @@
+"""The training itself, top to bottom: data, network and schedule, resume, the epoch loop
+(train, evaluate, checkpoint), outputs. Every rank runs it; rank 0 alone says what happens,
+writes checkpoints and the model, and logs to MLflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from steps.common.config import ConfigError, PipelineConfig, TrainConfig
+from steps.common.models import build_model
+from steps.common.storage import LocalStore, Store, open_store
+from steps.common.tracking import TrackedRun
+from steps.train.data import Batches, Dataset, load_dataset
+from steps.train.loop import (
+    epoch_metrics,
+    evaluate,
+    one_cycle,
+    rates,
+    train_one_epoch,
+    use_bf16_autocast,
+)
+from steps.train.report import log_final, log_start
+from steps.train.state import (
+    Dist,
+    all_reduce_sum,
+    average_buffers,
+    barrier,
+    model_meta,
+    resume,
+    rng_state,
+    save_checkpoint,
+    state_checksum,
+    write_model,
+)
+
+STOP_AFTER_ENV = "CIFAR_TRAIN_STOP_AFTER_EPOCH"  # tests: exit 3 once epoch k is checkpointed
+DEBUG_DIR_ENV = "CIFAR_TRAIN_DEBUG_DIR"  # tests: each rank writes rank-N.json (weights sha256)
+
+
+class StopRequested(Exception):
+    """The test-only stop flag fired after a checkpoint."""
+
+
+@dataclass
+class TrainResult:
+    model_uri: str
+    test_accuracy: float
+    epochs: int  # epochs the final weights were trained for
+    start_epoch: int  # epochs already done by a checkpoint at start (0: fresh)
+    world_size: int
+    device: str
+    train_seconds: float  # training loops only, over all attempts
+    time_to_target_s: float | None
+    images_per_s: float | None  # mean over the epochs this attempt ran
+    seconds: float = 0.0  # this step's busy time, start to finish
+    startup_seconds: float | None = None  # torchrun's start to this rank's code
+    mlflow_run_id: str | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class Training:
+    """What the epoch loop works on: one rank's batches, the network and its schedule."""
+
+    train_batches: Batches
+    test_batches: Batches
+    num_classes: int
+    raw: nn.Module  # the network itself, for state dicts and evaluation
+    model: nn.Module  # what the loop calls: DDP and/or torch.compile around ``raw``
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    criterion: nn.Module
+    autocast: Callable[[], Any]
+    use_bf16: bool
+
+    @property
+    def modules(self) -> dict[str, Any]:
+        """What a checkpoint saves and a resume restores."""
+        return {"model": self.raw, "optimizer": self.optimizer, "scheduler": self.scheduler}
+
+
+def fit(args, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None) -> TrainResult:
+    hp = cfg.train
+    say = functools.partial(print, file=sys.stderr, flush=True) if d.is_main else _quiet
+
+    # Data: the staged arrays, once, on this rank's device.
+    data = load_dataset(args.dataset, cfg.storage, d.device)
+    if len(data.train_labels) < hp.batch_size:
+        raise ConfigError(
+            f"train.batch_size={hp.batch_size} exceeds the {len(data.train_labels)} "
+            f"training images of {args.dataset}"
+        )
+    training = build_training(hp, data, d)
+
+    # Resume from the newest intact checkpoint of this output, if there is one.
+    store = open_store(args.output, cfg.storage)
+    identity = {"architecture": hp.model, "width": hp.width, "dataset_digest": data.digest}
+    restored = resume(store, d, identity, training.modules, say)
+    progress = {"epoch": 0, "train_seconds": 0.0, "time_to_target_s": None}
+    history: list[dict[str, float]] = []
+    if restored:
+        progress, history = restored["progress"], restored["history"]
+        say(f"resumed after epoch {progress['epoch']} of {hp.epochs}")
+    start_epoch = progress["epoch"]
+    if d.distributed:
+        on_gpu = d.device.type == "cuda"
+        device_ids = [d.device.index] if on_gpu else None
+        training.model = DistributedDataParallel(training.raw, device_ids=device_ids)
+    if hp.compile:
+        training.model = torch.compile(training.model)
+    if tracked:
+        log_start(tracked, cfg, data, store.root)
+    say(
+        f"training {hp.model} on {len(data.train_labels):,} images: {d.world_size} rank(s) on "
+        f"{d.device.type}, {training.train_batches.steps_per_epoch} steps of {hp.batch_size} "
+        f"per epoch{', bf16 autocast' if training.use_bf16 else ''}"
+    )
+
+    totals, speeds = run_epochs(hp, training, d, store, identity, progress, history, tracked, say)
+    if totals is None:  # resumed after the last epoch: evaluate the restored weights
+        test_totals = evaluate(
+            training.raw, training.test_batches, training.num_classes, training.autocast
+        )
+        totals = all_reduce_sum(torch.cat([test_totals.new_zeros(3), test_totals]), d)
+    test_acc = rates(totals[3:6])[1]
+
+    # Outputs: weights, then model.json (which publishes them), then MLflow.
+    meta = model_meta(hp, data, args.dataset, test_acc, progress["epoch"])
+    if d.is_main:
+        write_model(store, training.raw, meta)
+    if os.environ.get(DEBUG_DIR_ENV):  # tests compare the ranks' weights
+        debug = {"rank": d.rank, "weights_sha256": state_checksum(training.raw)}
+        LocalStore(Path(os.environ[DEBUG_DIR_ENV])).write_bytes(
+            f"rank-{d.rank}.json", json.dumps({**debug, "start_epoch": start_epoch}).encode()
+        )
+    if tracked:
+        n = training.num_classes
+        confusion = totals[6:].view(n, n).long().cpu().numpy()
+        example = next(training.test_batches.ordered(2))[0]
+        logged = log_final(tracked, training.raw, example, history, confusion, meta, progress)
+        say(f"MLflow model {logged}")
+    return TrainResult(
+        model_uri=store.root,
+        test_accuracy=test_acc,
+        epochs=progress["epoch"],
+        start_epoch=start_epoch,
+        world_size=d.world_size,
+        device=str(d.device),
+        train_seconds=progress["train_seconds"],
+        time_to_target_s=progress["time_to_target_s"],
+        images_per_s=sum(speeds) / len(speeds) if speeds else None,
+        mlflow_run_id=tracked.run_id if tracked else None,
+        history=history,
+    )
+
+
+def build_training(hp: TrainConfig, data: Dataset, d: Dist) -> Training:
+    """This rank's batches, the network on its device, SGD and the one-cycle schedule."""
+    channels_last = hp.channels_last  # oneDNN on CPU gains from it too (~20%)
+    shard = {"rank": d.rank, "world_size": d.world_size, "channels_last": channels_last}
+    train_batches = Batches(
+        data.train_images, data.train_labels, global_batch=hp.batch_size, seed=hp.seed,
+        crop_padding=hp.crop_padding, **shard,
+    )  # fmt: skip
+    test_batches = Batches(data.test_images, data.test_labels, global_batch=hp.batch_size, **shard)
+    num_classes = len(data.classes)
+
+    torch.manual_seed(hp.seed)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    raw = build_model(hp.model, num_classes, hp.width).to(d.device, memory_format=memory_format)
+    optimizer = torch.optim.SGD(
+        raw.parameters(), lr=hp.lr, momentum=hp.momentum, nesterov=hp.momentum > 0,
+        weight_decay=hp.weight_decay,
+    )  # fmt: skip
+    steps_per_epoch = train_batches.steps_per_epoch
+    total_steps = hp.epochs * steps_per_epoch
+    warmup_steps = min(round(hp.warmup_epochs * steps_per_epoch), total_steps - 1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, one_cycle(total_steps, warmup_steps))
+    use_bf16 = use_bf16_autocast(hp, d.device)
+    bf16 = functools.partial(torch.autocast, d.device.type, dtype=torch.bfloat16)
+    return Training(
+        train_batches=train_batches,
+        test_batches=test_batches,
+        num_classes=num_classes,
+        raw=raw,
+        model=raw,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        criterion=nn.CrossEntropyLoss(label_smoothing=hp.label_smoothing),
+        autocast=bf16 if use_bf16 else contextlib.nullcontext,
+        use_bf16=use_bf16,
+    )
+
+
+def run_epochs(
+    hp: TrainConfig,
+    t: Training,
+    d: Dist,
+    store: Store,
+    identity: dict[str, Any],
+    progress: dict[str, Any],
+    history: list[dict[str, float]],
+    tracked: TrackedRun | None,
+    say: Callable[[str], None],
+) -> tuple[torch.Tensor | None, list[float]]:
+    """Train, evaluate and checkpoint epoch after epoch, until the epoch count or the target
+    accuracy; ``progress`` and ``history`` grow as it goes. Returns the last epoch's
+    all-reduced sums (None when no epoch was left to run) and each epoch's images/s."""
+    stop_after = int(os.environ.get(STOP_AFTER_ENV) or 0)
+    start_epoch = progress["epoch"]
+    end_epoch = start_epoch if progress["time_to_target_s"] is not None else hp.epochs
+    totals, speeds = None, []
+    for epoch in range(start_epoch, end_epoch):
+        tic = time.perf_counter()
+        train_totals = train_one_epoch(
+            t.model, t.train_batches, epoch, t.optimizer, t.scheduler, t.criterion, t.autocast
+        )
+        if d.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - tic
+        average_buffers(t.raw, d)  # BatchNorm statistics: the mean over ranks
+        test_totals = evaluate(t.raw, t.test_batches, t.num_classes, t.autocast)
+        totals = all_reduce_sum(torch.cat([train_totals, test_totals]), d)
+        lr = t.optimizer.param_groups[0]["lr"]
+        metrics = epoch_metrics(
+            totals, lr, seconds, t.train_batches.steps_per_epoch * hp.batch_size
+        )
+        speeds.append(metrics["images_per_s"])
+        history.append({"epoch": epoch + 1, **metrics})
+        test_acc = metrics["test_accuracy"]
+        reached = hp.target_accuracy is not None and test_acc >= hp.target_accuracy
+        progress["train_seconds"] += seconds
+        if reached:
+            progress["time_to_target_s"] = progress["train_seconds"]
+        progress["epoch"] = epoch + 1
+        last = reached or epoch + 1 == hp.epochs
+        say(
+            f"epoch {epoch + 1}/{hp.epochs}  train loss {metrics['train_loss']:.4f} acc "
+            f"{metrics['train_accuracy']:.4f}  test loss {metrics['test_loss']:.4f} acc "
+            f"{test_acc:.4f}  {speeds[-1]:,.0f} img/s  {seconds:.2f} s"
+        )
+        if tracked:
+            tracked.log_metrics(metrics, step=epoch + 1)
+        if d.is_main and ((epoch + 1) % hp.checkpoint_every == 0 or last):
+            state = {"epoch": epoch + 1, "identity": identity, "rng": rng_state()}
+            state |= {name: module.state_dict() for name, module in t.modules.items()}
+            state |= {"progress": progress, "history": history}
+            say(f"checkpoint {save_checkpoint(store, epoch + 1, state, hp.keep_checkpoints)}")
+        if stop_after == epoch + 1 and not last:
+            barrier(d)  # the other ranks wait for rank 0's checkpoint before exiting
+            raise StopRequested(f"stopped after epoch {epoch + 1} ({STOP_AFTER_ENV})")
+        if reached:
+            say(
+                f"reached test accuracy {test_acc:.4f} >= {hp.target_accuracy} after "
+                f"{progress['time_to_target_s']:.1f} s of training"
+            )
+            break
+    return totals, speeds
+
+
+def _quiet(*_args, **_kwargs) -> None:
+    """``say`` on ranks other than 0."""

@@ -28,17 +28,10 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from steps.common.config import ConfigError, load_config
 from steps.common.device import pick_device
-from steps.common.inference import (
-    DTYPES,
-    InputError,
-    Runner,
-    VariantUnavailable,
-    fetch_variant,
-    load_trained,
-    load_variant_file,
-    normalize,
-    read_variants,
-    run_batched,
+from steps.common.inference import DTYPES, InputError, Runner, load_trained, normalize, run_batched
+from steps.common.runtime import (
+    load_variants,
+    open_optimized,
 )
 from steps.common.step_cli import add_common, exit_process, run_main
 
@@ -80,58 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_image(path: Path) -> torch.Tensor:
-    """uint8 ``3 x 32 x 32``: upright, RGB, centre square, antialiased bilinear resize."""
-    try:
-        with Image.open(path) as img:
-            img = ImageOps.exif_transpose(img).convert("RGB")
-            width, height = img.size
-            side = min(width, height)
-            left, top = (width - side) // 2, (height - side) // 2
-            if (width, height) != (SIDE, SIDE):
-                box = (left, top, left + side, top + side)
-                img = img.resize((SIDE, SIDE), Image.Resampling.BILINEAR, box=box)
-            pixels = np.asarray(img, dtype=np.uint8)
-    except UnidentifiedImageError:
-        raise ImageError(f"{path}: not an image Pillow can read (JPEG, PNG, ...)") from None
-    except OSError as exc:  # missing, unreadable or truncated
-        raise ImageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return torch.from_numpy(pixels.copy()).permute(2, 0, 1).contiguous()
-
-
-def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runner, str, dict]:
-    """(name, runner, precision, batch range) of the best variant that loads here."""
-    eager = ("eager", trained.model, "fp32", {"min": 1, "max": 256})
-    if not args.optimized:
-        if args.variant and args.variant != "eager":
-            raise InputError(f"--variant {args.variant} needs --optimized OPT_URI")
-        return eager
-    doc = read_variants(args.optimized, cfg.storage)
-    if doc.get("weights_sha256") != trained.weights_sha256:
-        raise InputError(f"{args.optimized} holds variants of another model than {args.model}")
-    order = [args.variant] if args.variant else list(PREFERENCE)
-    unknown = [n for n in order if n != "eager" and n not in doc["variants"]]
-    if unknown:
-        raise InputError(
-            f"--variant {unknown[0]}: not in {args.optimized}; has {', '.join(doc['variants'])}"
-        )
-    for name in order:
-        if name == "eager":
-            return eager
-        entry = doc["variants"][name]
-        if entry["status"] != "built":
-            continue
-        try:
-            path = fetch_variant(args.optimized, entry, cfg.storage, workdir)
-            runner = load_variant_file(entry, path, device)
-        except VariantUnavailable as exc:
-            print(f"predict: {name} unavailable ({exc}); trying the next", file=sys.stderr)
-            continue
-        return name, runner, entry["precision"], doc["batch_range"]
-    print("predict: no optimized variant runs here; using eager", file=sys.stderr)
-    return eager
-
-
 def run(args: argparse.Namespace) -> PredictResult:
     if args.top_k < 1:
         raise InputError(f"--top-k {args.top_k}: must be 1 or more")
@@ -166,6 +107,54 @@ def run(args: argparse.Namespace) -> PredictResult:
         print(f"{prediction.path}: {text}")
     print(f"predict: {len(pixels)} classified with {name} ({precision})", file=sys.stderr)
     return PredictResult(name, predictions)
+
+
+def load_image(path: Path) -> torch.Tensor:
+    """uint8 ``3 x 32 x 32``: upright, RGB, centre square, antialiased bilinear resize."""
+    try:
+        with Image.open(path) as img:
+            img = ImageOps.exif_transpose(img).convert("RGB")
+            width, height = img.size
+            side = min(width, height)
+            left, top = (width - side) // 2, (height - side) // 2
+            if (width, height) != (SIDE, SIDE):
+                box = (left, top, left + side, top + side)
+                img = img.resize((SIDE, SIDE), Image.Resampling.BILINEAR, box=box)
+            pixels = np.asarray(img, dtype=np.uint8)
+    except UnidentifiedImageError:
+        raise ImageError(f"{path}: not an image Pillow can read (JPEG, PNG, ...)") from None
+    except OSError as exc:  # missing, unreadable or truncated
+        raise ImageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return torch.from_numpy(pixels.copy()).permute(2, 0, 1).contiguous()
+
+
+def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runner, str, dict]:
+    """(name, runner, precision, batch range) of the best variant that loads here."""
+    eager = ("eager", trained.model, "fp32", {"min": 1, "max": 256})
+    if not args.optimized:
+        if args.variant and args.variant != "eager":
+            raise InputError(f"--variant {args.variant} needs --optimized OPT_URI")
+        return eager
+    doc = open_optimized(args.optimized, trained, cfg.storage)
+    order = [args.variant] if args.variant else list(PREFERENCE)
+    unknown = [n for n in order if n != "eager" and n not in doc["variants"]]
+    if unknown:
+        raise InputError(
+            f"--variant {unknown[0]}: not in {args.optimized}; has {', '.join(doc['variants'])}"
+        )
+    if order == ["eager"]:
+        return eager
+    for variant in load_variants(args.optimized, doc, cfg.storage, device, workdir, order):
+        if variant.runner is not None:
+            precision = variant.entry["precision"]
+            return variant.name, variant.runner, precision, doc["batch_range"]
+        if variant.status == "unavailable":
+            print(
+                f"predict: {variant.name} unavailable ({variant.reason}); trying the next",
+                file=sys.stderr,
+            )
+    print("predict: no optimized variant runs here; using eager", file=sys.stderr)
+    return eager
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,15 +20,11 @@ from torch._inductor.package import load_package
 
 from steps.common.config import ConfigError, OptimizeConfig
 from steps.common.device import cpu_capability
-from steps.common.inference import (
-    SMALL_BATCH_PROGRAM,
-    BatchSizeDispatch,
-    InputError,
-    load_variant_file,
-)
+from steps.common.inference import InputError
+from steps.common.runtime import SMALL_BATCH_PROGRAM, BatchSizeDispatch, load_variant_file
+from steps.optimize import builders, variants
 from steps.optimize import step as optimize
-from steps.optimize import variants
-from steps.optimize.variants import SMALL_BATCH_PROBE_LIMIT
+from steps.optimize.builders import SMALL_BATCH_PROBE_LIMIT
 from tests.conftest import REPO_ROOT
 from tests.test_optimize_support import (  # noqa: F401
     BF16_CPU,
@@ -115,7 +111,7 @@ def test_aoti_without_small_batch_program(tmp_path: Path) -> None:
     cfg = OptimizeConfig(max_batch=8, opt_batch=4, aoti_small_batch=False)
     ctx = variants.BuildContext(model, torch.device("cpu"), cfg, tmp_path)
     spec = variants.Spec("aoti", "aoti", "fp32", "aoti.pt2")
-    details = variants.build_aoti(spec, ctx, tmp_path / spec.file)
+    details = builders.build_aoti(spec, ctx, tmp_path / spec.file)
     assert "small_batch" not in details
     with pytest.raises(Exception):  # noqa: B017 - AOTI raises a bare RuntimeError
         load_package(str(tmp_path / spec.file), SMALL_BATCH_PROGRAM)
@@ -168,7 +164,7 @@ def test_perturbed_variant_fails_the_gate(
     outcome: str,
 ) -> None:
     monkeypatch.setitem(
-        variants.BUILDERS, "torchscript", _perturbed_torchscript(variants.build_torchscript)
+        builders.BUILDERS, "torchscript", _perturbed_torchscript(builders.build_torchscript)
     )
     args = optimize_args(
         bundle.model_uri,

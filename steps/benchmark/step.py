@@ -36,14 +36,14 @@ from steps.common.device import device_name, environment, pick_device
 from steps.common.inference import (
     DTYPES,
     InputError,
-    VariantUnavailable,
-    fetch_variant,
     load_test_split,
     load_trained,
-    load_variant_file,
     normalize,
-    read_variants,
     run_batched,
+)
+from steps.common.runtime import (
+    load_variants,
+    open_optimized,
 )
 from steps.common.step_cli import (
     add_common,
@@ -78,6 +78,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    start = time.perf_counter()
+    cfg = load_config(args.config, args.overrides)
+    device = pick_device()
+    trained = load_trained(args.model, cfg.storage, device)
+    doc = open_optimized(args.optimized, trained, cfg.storage)
+    gate = _gate_batch(cfg, doc)
+    split = load_test_split(args.dataset, cfg.storage)
+    store = open_store(args.output, cfg.storage)
+    tracked = None
+    if tracking_wanted(cfg, args.mlflow_run_id):  # before the long part: fail early
+        from steps.common.tracking import open_run
+
+        tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="benchmark")
+    succeeded = False
+    try:
+        report = build_report(cfg, trained, doc, split, args, device, gate)
+        if tracked:
+            from steps.benchmark.registry import promote_best
+
+            example = normalize(split.images[:2].to(device), trained.mean, trained.std)
+            report["promotion"] = promote_best(cfg, trained, report, example, tracked.run_id)
+        files = {"report.md": markdown(report).encode(), "benchmark.png": plot_png(report)}
+        files["benchmark.json"] = json.dumps(report, indent=2).encode()
+        store.delete("benchmark.json")  # never a new report.md beside an old benchmark.json
+        for name, data in files.items():  # benchmark.json last: it publishes the report
+            store.write_bytes(name, data)
+        if tracked:
+            _log_to_mlflow(report, files)
+        succeeded = True
+    finally:
+        if tracked:
+            tracked.finish(succeeded)
+    summary = {
+        **step_seconds(start),
+        "best_variant": report["best_variant"],
+        "promoted": report["promotion"]["promoted"],
+        "report_uri": store.root,
+        "device": report["device_name"],
+    }
+    outputs = {name: files[name].decode() for name in ("report.md", "benchmark.json")}
+    write_outputs(args.outputs_dir, {**outputs, "summary.json": summary})
+    print(store.root)
+    return {**summary, "report": report}
+
+
 def _gate_batch(cfg: PipelineConfig, doc: dict[str, Any]) -> int:
     bench, low, high = cfg.benchmark, doc["batch_range"]["min"], doc["batch_range"]["max"]
     outside = [b for b in bench.batch_sizes if not low <= b <= high]
@@ -102,19 +148,13 @@ def collect(cfg, trained, doc, opt_uri: str, device, workdir: Path):
         prepare = lambda x: x.to(dtype).contiguous(memory_format=torch.channels_last)  # noqa: E731
         runners[f"eager_{half}"] = (half, model, prepare)
     skipped: dict[str, dict[str, Any]] = {}
-    for name, entry in doc["variants"].items():
-        if entry["status"] != "built":
-            skipped[name] = {"status": entry["status"], "reason": entry.get("reason", "")}
+    for variant in load_variants(opt_uri, doc, cfg.storage, device, workdir):
+        if variant.runner is None:
+            skipped[variant.name] = {"status": variant.status, "reason": variant.reason}
             continue
-        try:
-            runner = load_variant_file(
-                entry, fetch_variant(opt_uri, entry, cfg.storage, workdir), device
-            )
-        except VariantUnavailable as exc:
-            skipped[name] = {"status": "unavailable", "reason": str(exc)}
-            continue
-        dtype = DTYPES[entry["precision"]]
-        runners[name] = (entry["precision"], runner, lambda x, dtype=dtype: x.to(dtype))
+        precision = variant.entry["precision"]
+        dtype = DTYPES[precision]
+        runners[variant.name] = (precision, variant.runner, lambda x, dtype=dtype: x.to(dtype))
     return runners, skipped
 
 
@@ -232,57 +272,6 @@ def build_report(cfg, trained, doc, split, args, device, gate: int) -> dict[str,
         ),
         "promotion": {"promoted": False, "reason": "MLflow tracking off: nothing registered"},
     }
-
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    start = time.perf_counter()
-    cfg = load_config(args.config, args.overrides)
-    device = pick_device()
-    trained = load_trained(args.model, cfg.storage, device)
-    doc = read_variants(args.optimized, cfg.storage)
-    if doc.get("weights_sha256") != trained.weights_sha256:
-        raise InputError(
-            f"{args.optimized} was optimized from {doc.get('model_uri')}, not from "
-            f"{args.model} (weights differ); run steps.optimize on this model first"
-        )
-    gate = _gate_batch(cfg, doc)
-    split = load_test_split(args.dataset, cfg.storage)
-    store = open_store(args.output, cfg.storage)
-    tracked = None
-    if tracking_wanted(cfg, args.mlflow_run_id):  # before the long part: fail early
-        from steps.common.tracking import open_run
-
-        tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="benchmark")
-    succeeded = False
-    try:
-        report = build_report(cfg, trained, doc, split, args, device, gate)
-        if tracked:
-            from steps.benchmark.registry import promote_best
-
-            example = normalize(split.images[:2].to(device), trained.mean, trained.std)
-            report["promotion"] = promote_best(cfg, trained, report, example, tracked.run_id)
-        files = {"report.md": markdown(report).encode(), "benchmark.png": plot_png(report)}
-        files["benchmark.json"] = json.dumps(report, indent=2).encode()
-        store.delete("benchmark.json")  # never a new report.md beside an old benchmark.json
-        for name, data in files.items():  # benchmark.json last: it publishes the report
-            store.write_bytes(name, data)
-        if tracked:
-            _log_to_mlflow(report, files)
-        succeeded = True
-    finally:
-        if tracked:
-            tracked.finish(succeeded)
-    summary = {
-        **step_seconds(start),
-        "best_variant": report["best_variant"],
-        "promoted": report["promotion"]["promoted"],
-        "report_uri": store.root,
-        "device": report["device_name"],
-    }
-    outputs = {name: files[name].decode() for name in ("report.md", "benchmark.json")}
-    write_outputs(args.outputs_dir, {**outputs, "summary.json": summary})
-    print(store.root)
-    return {**summary, "report": report}
 
 
 def main(argv: list[str] | None = None) -> int:

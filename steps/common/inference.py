@@ -14,10 +14,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,24 +23,15 @@ from torch import nn
 
 from steps.common.config import StorageConfig
 from steps.common.dataset import read_manifest, read_split
-from steps.common.device import cpu_bf16_features, cpu_capability
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
-from steps.common.storage import StorageError, open_store
+from steps.common.storage import open_store
 
-VARIANTS_FILE = "variants.json"
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 Runner = Callable[[torch.Tensor], torch.Tensor]
-# The programs of an AOTInductor package: "model" is what aoti_load_package loads.
-LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM = "model", "small_batch"
-AOTI_PROGRAMS = (LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM)
 
 
 class InputError(ValueError):
     """A URI or file given on the command line does not hold what the step needs."""
-
-
-class VariantUnavailable(RuntimeError):
-    """A saved variant cannot run here (other device, CPU ISA, or missing runtime)."""
 
 
 @dataclass
@@ -75,7 +64,7 @@ class TestSplit:
     labels: torch.Tensor
 
 
-def _read_json(store, key: str, what: str) -> dict[str, Any]:
+def read_json(store, key: str, what: str) -> dict[str, Any]:
     if not store.exists(key):
         raise InputError(f"{store.uri(key)}: missing; {what}")
     try:
@@ -87,7 +76,7 @@ def _read_json(store, key: str, what: str) -> dict[str, Any]:
 def load_trained(uri: str, storage: StorageConfig, device: torch.device) -> TrainedModel:
     """``weights.pt`` + ``model.json`` as the training step writes them, in eval mode."""
     store = open_store(uri, storage)
-    meta = _read_json(store, "model.json", "pass the MODEL_URI the training step wrote")
+    meta = read_json(store, "model.json", "pass the MODEL_URI the training step wrote")
     if not store.exists("weights.pt"):
         raise InputError(f"{store.uri('weights.pt')}: missing; the training step writes it last")
     data = store.read_bytes("weights.pt")
@@ -135,73 +124,3 @@ def run_batched(fn: Runner, x: torch.Tensor, max_batch: int, min_batch: int = 1)
                 chunk = torch.cat([chunk, chunk[:1].expand(min_batch - n, *chunk.shape[1:])])
             outs.append(fn(chunk)[:n].float())
     return torch.cat(outs)
-
-
-def read_variants(uri: str, storage: StorageConfig) -> dict[str, Any]:
-    store = open_store(uri, storage)
-    return _read_json(store, VARIANTS_FILE, "pass the OPT_URI that steps.optimize wrote")
-
-
-def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -> Runner:
-    """A saved variant as a callable on ``device``; raises VariantUnavailable if it can't run."""
-    kind = entry["kind"]
-    if entry.get("device") == "cuda" and device.type != "cuda":
-        raise VariantUnavailable(f"built for CUDA ({entry.get('gpu')}); this machine has no GPU")
-    if entry.get("device") == "cpu" and device.type != "cpu":
-        raise VariantUnavailable("built for the CPU; this run uses the GPU")
-    if kind == "aoti" and device.type == "cpu":
-        if entry.get("cpu_capability") != cpu_capability():
-            raise VariantUnavailable(
-                f"compiled for CPU ISA {entry.get('cpu_capability')}, this CPU has "
-                f"{cpu_capability()}"
-            )
-        missing = set(entry.get("cpu_bf16_features", [])) - set(cpu_bf16_features())
-        if entry["precision"] == "bf16" and missing:
-            raise VariantUnavailable(f"compiled for BF16 units this CPU lacks: {sorted(missing)}")
-    if kind == "torchscript":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TorchScript is deprecated upstream; we know
-            module = torch.jit.load(str(path), map_location=device)
-            if entry.get("details", {}).get("optimize_for_inference"):
-                module = torch.jit.optimize_for_inference(module)
-        return module
-    if kind == "export":
-        return torch.export.load(str(path)).module()
-    if kind == "aoti":
-        small = entry.get("details", {}).get("small_batch", {}).get("max_batch", 0)
-        if small:
-            return BatchSizeDispatch(path, small)
-        return torch._inductor.aoti_load_package(str(path))
-    if kind == "tensorrt":
-        try:
-            import torch_tensorrt
-        except ImportError:
-            raise VariantUnavailable("torch-tensorrt is not installed") from None
-        return torch_tensorrt.load(str(path)).module()
-    raise VariantUnavailable(f"unknown variant kind {kind!r}")
-
-
-class BatchSizeDispatch:
-    """An AOTInductor package holding a small-batch and a large-batch program of one model
-    (see ``steps.optimize.variants.build_aoti``): batches up to ``small_max`` run the first."""
-
-    def __init__(self, path: Path, small_max: int) -> None:
-        from torch._inductor.package import load_package
-
-        self.small = load_package(str(path), SMALL_BATCH_PROGRAM)
-        self.large = load_package(str(path), LARGE_BATCH_PROGRAM)
-        self.small_max = small_max
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return (self.small if x.shape[0] <= self.small_max else self.large)(x)
-
-
-def fetch_variant(opt_uri: str, entry: dict[str, Any], storage: StorageConfig, workdir: Path):
-    """Download one variant's file into ``workdir``; return its local path."""
-    store = open_store(opt_uri, storage)
-    path = workdir / entry["file"]
-    try:
-        store.download_file(entry["file"], path)
-    except StorageError as exc:
-        raise VariantUnavailable(str(exc)) from None
-    return path

@@ -28,16 +28,15 @@ from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.device import cpu_capability, environment, pick_device
 from steps.common.inference import (
     DTYPES,
-    VARIANTS_FILE,
     InputError,
     TestSplit,
     TrainedModel,
     load_test_split,
     load_trained,
-    load_variant_file,
     normalize,
     run_batched,
 )
+from steps.common.runtime import VARIANTS_FILE, load_variant_file
 from steps.common.step_cli import (
     add_common,
     run_main,
@@ -46,15 +45,8 @@ from steps.common.step_cli import (
     write_outputs,
 )
 from steps.common.storage import open_store
-from steps.optimize.variants import (
-    KINDS,
-    NAMES,
-    BuildContext,
-    ParityError,
-    SkipVariant,
-    build_one,
-    specs,
-)
+from steps.optimize.gate import ParityError, build_one
+from steps.optimize.variants import KINDS, NAMES, BuildContext, SkipVariant, specs
 
 FORMAT_VERSION = 1
 
@@ -72,6 +64,85 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, help="OPT_URI to write the variants under")
     add_common(parser)
     return parser
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    start = time.perf_counter()
+    cfg = load_config(args.config, args.overrides)
+    _check_config(cfg)
+    device = pick_device()
+    trained = load_trained(args.model, cfg.storage, device)
+    split = load_test_split(args.dataset, cfg.storage)
+    store = open_store(args.output, cfg.storage)
+    settings = _settings(cfg, device)
+    if store.exists(VARIANTS_FILE):
+        previous = json.loads(store.read_bytes(VARIANTS_FILE))
+        if (
+            previous.get("weights_sha256") == trained.weights_sha256
+            and previous.get("settings") == settings
+        ):
+            print(f"Already optimized: {store.root} (same weights and settings)", file=sys.stderr)
+            return _finish(args, previous, start, reused=True)
+
+    tracked = None
+    if tracking_wanted(cfg, args.mlflow_run_id):
+        from steps.common.tracking import open_run
+
+        tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="optimize")
+    succeeded = False
+    try:
+        print(f"Optimizing {trained.meta['architecture']} on {device.type}", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="optimize-") as tmp:
+            workdir = Path(tmp)
+            entries = build_variants(cfg, trained, split, device, workdir)
+            doc = {
+                "format_version": FORMAT_VERSION,
+                "optimized_uri": store.root,
+                "model_uri": trained.uri,
+                "weights_sha256": trained.weights_sha256,
+                "architecture": trained.meta["architecture"],
+                "classes": trained.classes,
+                "input": {
+                    "layout": "NCHW",
+                    "shape": [-1, *trained.meta["input_shape"]],
+                    "dtype": "the variant's precision (fp32: float32)",
+                    "normalised": True,
+                    "mean": list(trained.mean),
+                    "std": list(trained.std),
+                    "note": "pixels / 255, minus mean, over std, per channel; not in the graph",
+                },
+                "batch_range": {
+                    "min": cfg.optimize.min_batch,
+                    "opt": cfg.optimize.opt_batch,
+                    "max": cfg.optimize.max_batch,
+                },
+                "dataset_uri": split.uri,
+                "dataset_digest": split.digest,
+                "device": device.type,
+                "environment": environment(device),
+                "settings": settings,
+                "variants": entries,
+            }
+            # An older manifest must not point at files this run replaces: drop it first.
+            store.delete(VARIANTS_FILE)
+            for entry in entries.values():
+                if entry["status"] == "built":
+                    store.upload_file(workdir / entry["file"], entry["file"])
+            if tracked:
+                x = normalize(split.images[:8].to(device), trained.mean, trained.std)
+                _log_to_mlflow(doc, workdir, x, device, cfg)
+        failures = [
+            e["reason"] for e in entries.values() if e["status"] == "failed" and not e["optional"]
+        ]
+        if failures:
+            raise OptimizeError("; ".join(failures))
+        # The manifest publishes the variants: written only after every file is in place.
+        store.write_bytes(VARIANTS_FILE, json.dumps(doc, indent=2).encode())
+        succeeded = True
+    finally:
+        if tracked:
+            tracked.finish(succeeded)
+    return _finish(args, doc, start, reused=False)
 
 
 def _check_config(cfg: PipelineConfig) -> None:
@@ -156,85 +227,6 @@ def _log_to_mlflow(doc: dict[str, Any], workdir: Path, x: torch.Tensor, device, 
             with torch.inference_mode():
                 runner(x[: cfg.optimize.min_batch].to(DTYPES[entry["precision"]]))
             print(f"  {name}: reloaded from MLflow", file=sys.stderr)
-
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    start = time.perf_counter()
-    cfg = load_config(args.config, args.overrides)
-    _check_config(cfg)
-    device = pick_device()
-    trained = load_trained(args.model, cfg.storage, device)
-    split = load_test_split(args.dataset, cfg.storage)
-    store = open_store(args.output, cfg.storage)
-    settings = _settings(cfg, device)
-    if store.exists(VARIANTS_FILE):
-        previous = json.loads(store.read_bytes(VARIANTS_FILE))
-        if (
-            previous.get("weights_sha256") == trained.weights_sha256
-            and previous.get("settings") == settings
-        ):
-            print(f"Already optimized: {store.root} (same weights and settings)", file=sys.stderr)
-            return _finish(args, previous, start, reused=True)
-
-    tracked = None
-    if tracking_wanted(cfg, args.mlflow_run_id):
-        from steps.common.tracking import open_run
-
-        tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="optimize")
-    succeeded = False
-    try:
-        print(f"Optimizing {trained.meta['architecture']} on {device.type}", file=sys.stderr)
-        with tempfile.TemporaryDirectory(prefix="optimize-") as tmp:
-            workdir = Path(tmp)
-            entries = build_variants(cfg, trained, split, device, workdir)
-            doc = {
-                "format_version": FORMAT_VERSION,
-                "optimized_uri": store.root,
-                "model_uri": trained.uri,
-                "weights_sha256": trained.weights_sha256,
-                "architecture": trained.meta["architecture"],
-                "classes": trained.classes,
-                "input": {
-                    "layout": "NCHW",
-                    "shape": [-1, *trained.meta["input_shape"]],
-                    "dtype": "the variant's precision (fp32: float32)",
-                    "normalised": True,
-                    "mean": list(trained.mean),
-                    "std": list(trained.std),
-                    "note": "pixels / 255, minus mean, over std, per channel; not in the graph",
-                },
-                "batch_range": {
-                    "min": cfg.optimize.min_batch,
-                    "opt": cfg.optimize.opt_batch,
-                    "max": cfg.optimize.max_batch,
-                },
-                "dataset_uri": split.uri,
-                "dataset_digest": split.digest,
-                "device": device.type,
-                "environment": environment(device),
-                "settings": settings,
-                "variants": entries,
-            }
-            # An older manifest must not point at files this run replaces: drop it first.
-            store.delete(VARIANTS_FILE)
-            for entry in entries.values():
-                if entry["status"] == "built":
-                    store.upload_file(workdir / entry["file"], entry["file"])
-            if tracked:
-                x = normalize(split.images[:8].to(device), trained.mean, trained.std)
-                _log_to_mlflow(doc, workdir, x, device, cfg)
-        failures = [
-            e["reason"] for e in entries.values() if e["status"] == "failed" and not e["optional"]
-        ]
-        if failures:
-            raise OptimizeError("; ".join(failures))
-        # The manifest publishes the variants: written only after every file is in place.
-        store.write_bytes(VARIANTS_FILE, json.dumps(doc, indent=2).encode())
-        succeeded = True
-    finally:
-        if tracked:
-            tracked.finish(succeeded)
-    return _finish(args, doc, start, reused=False)
 
 
 def _finish(args, doc: dict[str, Any], start: float, reused: bool) -> dict[str, Any]:

@@ -1,170 +1,14 @@
-"""One small interface over a directory (plain path or ``file://``) and ``s3://`` (boto3).
-
-Readers never see half an object: a local write goes to a temporary name in the same
-directory and is renamed into place; an S3 object appears whole when its (multipart)
-upload completes. A result made of several objects is published by writing its
-manifest last, which is the caller's job (see ``steps.stage_data``).
-
-S3 credentials come only from the environment or an AWS profile (boto3's own chain),
-never from config files; the endpoint comes from config or ``AWS_ENDPOINT_URL``.
-"""
+"""``s3://bucket/prefix`` as a store, moved with boto3's transfer manager (imported on use:
+a store that is never opened costs nothing)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
-from urllib.parse import urlparse
 
 from steps.common.config import StorageConfig
-
-MB = 1024 * 1024
-ProgressCallback = Callable[[int], None]
-
-
-class StorageError(RuntimeError):
-    """An object store could not be read or written; the message says which and why."""
-
-
-class Store(Protocol):
-    """Objects under one root URI, addressed by '/'-separated keys."""
-
-    root: str
-
-    def uri(self, key: str) -> str: ...
-    def exists(self, key: str) -> bool: ...
-    def read_bytes(self, key: str) -> bytes: ...
-    def write_bytes(self, key: str, data: bytes) -> None: ...
-    def upload_file(
-        self, path: Path, key: str, progress: ProgressCallback | None = None
-    ) -> None: ...
-    def download_file(
-        self, key: str, path: Path, progress: ProgressCallback | None = None
-    ) -> None: ...
-    def size(self, key: str) -> int: ...
-    def list(self, prefix: str = "") -> list[str]: ...
-    def delete(self, key: str) -> None: ...
-
-
-def join_uri(root: str, *keys: str) -> str:
-    parts = [root.rstrip("/"), *(k.strip("/") for k in keys if k)]
-    return "/".join(parts)
-
-
-def open_store(uri: str, cfg: StorageConfig | None = None) -> Store:
-    """The store for a root URI: ``s3://bucket/prefix``, ``file:///dir`` or a plain path."""
-    cfg = cfg or StorageConfig()
-    parsed = urlparse(uri)
-    if parsed.scheme == "s3":
-        if not parsed.netloc:
-            raise StorageError(f"{uri}: an s3:// URI needs a bucket name (s3://bucket/prefix)")
-        return S3Store(parsed.netloc, parsed.path.strip("/"), cfg)
-    if parsed.scheme == "file":
-        return LocalStore(Path(parsed.netloc + parsed.path) if parsed.netloc else Path(parsed.path))
-    if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
-        return LocalStore(Path(uri))
-    raise StorageError(f"{uri}: unsupported scheme {parsed.scheme!r}; use a path, file:// or s3://")
-
-
-def split_uri(uri: str, cfg: StorageConfig | None = None) -> tuple[Store, str]:
-    """The store holding one object URI, and the object's key in it."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "s3":
-        bucket_root = f"s3://{parsed.netloc}"
-        return open_store(bucket_root, cfg), parsed.path.lstrip("/")
-    path = Path(parsed.netloc + parsed.path) if parsed.scheme == "file" else Path(uri)
-    return LocalStore(path.parent), path.name
-
-
-@dataclass
-class LocalStore:
-    """A directory. Writes go to a temporary sibling and are renamed into place."""
-
-    directory: Path
-
-    def __post_init__(self) -> None:
-        self.directory = Path(os.path.abspath(self.directory))
-        self.root = self.directory.as_uri()
-
-    def _path(self, key: str) -> Path:
-        return self.directory / key if key else self.directory
-
-    def uri(self, key: str) -> str:
-        return self._path(key).as_uri()
-
-    def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
-
-    def size(self, key: str) -> int:
-        try:
-            return self._path(key).stat().st_size
-        except OSError as exc:
-            raise StorageError(f"{self.uri(key)}: {exc.strerror}") from None
-
-    def read_bytes(self, key: str) -> bytes:
-        try:
-            return self._path(key).read_bytes()
-        except OSError as exc:
-            raise StorageError(f"{self.uri(key)}: cannot read ({exc.strerror})") from None
-
-    def _atomic_write(self, key: str, fill: Callable[[Path], None]) -> None:
-        target = self._path(key)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-            os.close(fd)
-        except OSError as exc:
-            raise StorageError(f"{self.uri(key)}: cannot write ({exc.strerror})") from None
-        try:
-            fill(Path(tmp))
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600; a published file is for every reader
-            os.replace(tmp, target)
-        except OSError as exc:
-            Path(tmp).unlink(missing_ok=True)
-            raise StorageError(f"{self.uri(key)}: cannot write ({exc.strerror})") from None
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def write_bytes(self, key: str, data: bytes) -> None:
-        self._atomic_write(key, lambda tmp: tmp.write_bytes(data))
-
-    def upload_file(self, path: Path, key: str, progress: ProgressCallback | None = None) -> None:
-        def copy(tmp: Path) -> None:
-            with open(path, "rb") as src, open(tmp, "wb") as dst:
-                while chunk := src.read(8 * MB):
-                    dst.write(chunk)
-                    if progress:
-                        progress(len(chunk))
-
-        self._atomic_write(key, copy)
-
-    def download_file(self, key: str, path: Path, progress: ProgressCallback | None = None) -> None:
-        source = self._path(key)
-        if not source.is_file():
-            raise StorageError(f"{self.uri(key)}: no such file")
-        shutil.copyfile(source, path)
-        if progress:
-            progress(source.stat().st_size)
-
-    def list(self, prefix: str = "") -> list[str]:
-        base = self._path(prefix)
-        if base.is_file():
-            return [prefix]
-        if not base.is_dir():
-            return []
-        return sorted(
-            p.relative_to(self.directory).as_posix()
-            for p in base.rglob("*")
-            if p.is_file() and not p.name.endswith(".tmp")
-        )
-
-    def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+from steps.common.storage.base import MB, ProgressCallback, StorageError, join_uri
 
 
 class S3Store:
@@ -335,9 +179,3 @@ class S3Store:
         self._call(
             key, "delete", lambda: self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
         )
-
-
-def iter_chunks(path: Path, size: int = 8 * MB) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
-        while chunk := handle.read(size):
-            yield chunk

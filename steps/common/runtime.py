@@ -1,0 +1,149 @@
+"""The inference runtime: the variants ``steps.optimize`` saved, loaded back into callables.
+
+``variants.json`` under OPT_URI lists every variant (built, skipped or failed) and the
+weights it was made from; ``open_optimized`` reads it for a trained model, and
+``load_variants`` fetches and loads each built file that can run on this device, saying
+why one cannot (another device, CPU ISA or a runtime not installed). Every file reloads
+without the training code.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from steps.common.config import StorageConfig
+from steps.common.device import cpu_bf16_features, cpu_capability
+from steps.common.inference import InputError, Runner, TrainedModel, read_json
+from steps.common.storage import StorageError, open_store
+
+VARIANTS_FILE = "variants.json"
+# The programs of an AOTInductor package: "model" is what aoti_load_package loads.
+LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM = "model", "small_batch"
+AOTI_PROGRAMS = (LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM)
+
+
+class VariantUnavailable(RuntimeError):
+    """A saved variant cannot run here (other device, CPU ISA, or missing runtime)."""
+
+
+@dataclass
+class LoadedVariant:
+    """One entry of ``variants.json`` and, where it runs here, its callable."""
+
+    name: str
+    entry: dict[str, Any]
+    runner: Runner | None = None
+    status: str = "loaded"  # loaded | unavailable | the entry's own: skipped, failed
+    reason: str = ""
+
+
+def open_optimized(opt_uri: str, trained: TrainedModel, storage: StorageConfig) -> dict[str, Any]:
+    """``variants.json`` of ``opt_uri``, which must hold variants of ``trained``'s weights."""
+    doc = read_variants(opt_uri, storage)
+    if doc.get("weights_sha256") != trained.weights_sha256:
+        raise InputError(
+            f"{opt_uri} was optimized from {doc.get('model_uri')}, not from {trained.uri} "
+            "(weights differ); run steps.optimize on this model first"
+        )
+    return doc
+
+
+def load_variants(
+    opt_uri: str,
+    doc: dict[str, Any],
+    storage: StorageConfig,
+    device: torch.device,
+    workdir: Path,
+    names: list[str] | None = None,
+) -> Iterator[LoadedVariant]:
+    """Each variant named (default: all, in ``variants.json``'s order), loaded if it was
+    built and runs here; fetched lazily, so a caller may stop at the first that loads."""
+    for name in names or list(doc["variants"]):
+        entry = doc["variants"][name]
+        if entry["status"] != "built":
+            yield LoadedVariant(name, entry, status=entry["status"], reason=entry.get("reason", ""))
+            continue
+        try:
+            runner = load_variant_file(
+                entry, fetch_variant(opt_uri, entry, storage, workdir), device
+            )
+        except VariantUnavailable as exc:
+            yield LoadedVariant(name, entry, status="unavailable", reason=str(exc))
+            continue
+        yield LoadedVariant(name, entry, runner)
+
+
+def read_variants(uri: str, storage: StorageConfig) -> dict[str, Any]:
+    store = open_store(uri, storage)
+    return read_json(store, VARIANTS_FILE, "pass the OPT_URI that steps.optimize wrote")
+
+
+def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -> Runner:
+    """A saved variant as a callable on ``device``; raises VariantUnavailable if it can't run."""
+    kind = entry["kind"]
+    if entry.get("device") == "cuda" and device.type != "cuda":
+        raise VariantUnavailable(f"built for CUDA ({entry.get('gpu')}); this machine has no GPU")
+    if entry.get("device") == "cpu" and device.type != "cpu":
+        raise VariantUnavailable("built for the CPU; this run uses the GPU")
+    if kind == "aoti" and device.type == "cpu":
+        if entry.get("cpu_capability") != cpu_capability():
+            raise VariantUnavailable(
+                f"compiled for CPU ISA {entry.get('cpu_capability')}, this CPU has "
+                f"{cpu_capability()}"
+            )
+        missing = set(entry.get("cpu_bf16_features", [])) - set(cpu_bf16_features())
+        if entry["precision"] == "bf16" and missing:
+            raise VariantUnavailable(f"compiled for BF16 units this CPU lacks: {sorted(missing)}")
+    if kind == "torchscript":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TorchScript is deprecated upstream; we know
+            module = torch.jit.load(str(path), map_location=device)
+            if entry.get("details", {}).get("optimize_for_inference"):
+                module = torch.jit.optimize_for_inference(module)
+        return module
+    if kind == "export":
+        return torch.export.load(str(path)).module()
+    if kind == "aoti":
+        small = entry.get("details", {}).get("small_batch", {}).get("max_batch", 0)
+        if small:
+            return BatchSizeDispatch(path, small)
+        return torch._inductor.aoti_load_package(str(path))
+    if kind == "tensorrt":
+        try:
+            import torch_tensorrt
+        except ImportError:
+            raise VariantUnavailable("torch-tensorrt is not installed") from None
+        return torch_tensorrt.load(str(path)).module()
+    raise VariantUnavailable(f"unknown variant kind {kind!r}")
+
+
+class BatchSizeDispatch:
+    """An AOTInductor package holding a small-batch and a large-batch program of one model
+    (see ``steps.optimize.variants.build_aoti``): batches up to ``small_max`` run the first."""
+
+    def __init__(self, path: Path, small_max: int) -> None:
+        from torch._inductor.package import load_package
+
+        self.small = load_package(str(path), SMALL_BATCH_PROGRAM)
+        self.large = load_package(str(path), LARGE_BATCH_PROGRAM)
+        self.small_max = small_max
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.small if x.shape[0] <= self.small_max else self.large)(x)
+
+
+def fetch_variant(opt_uri: str, entry: dict[str, Any], storage: StorageConfig, workdir: Path):
+    """Download one variant's file into ``workdir``; return its local path."""
+    store = open_store(opt_uri, storage)
+    path = workdir / entry["file"]
+    try:
+        store.download_file(entry["file"], path)
+    except StorageError as exc:
+        raise VariantUnavailable(str(exc)) from None
+    return path

@@ -1,0 +1,91 @@
+"""The parity gate every variant passes: reloaded from its file, its logits against eager's
+on held-out images; and ``build_one``, which builds, reloads and gates one variant.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from steps.common.config import OptimizeConfig
+from steps.common.device import cpu_bf16_features, cpu_capability
+from steps.common.inference import DTYPES, Runner, run_batched
+from steps.common.runtime import load_variant_file
+from steps.optimize.builders import BUILDERS
+from steps.optimize.variants import BuildContext, Spec
+
+
+class ParityError(RuntimeError):
+    """A variant's logits differ from eager beyond the configured thresholds."""
+
+    def __init__(self, message: str, entry: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.entry = entry  # the variant's record, parity numbers included
+
+
+def parity(
+    runner: Runner,
+    spec: Spec,
+    x: torch.Tensor,
+    reference: torch.Tensor,
+    cfg: OptimizeConfig,
+) -> dict[str, Any]:
+    """Max |logit difference| and top-1 agreement against eager on held-out images, run in
+    chunks of max_batch and once at min_batch (both ends of the dynamic range)."""
+    inputs = x.to(DTYPES[spec.precision])
+    logits = run_batched(runner, inputs, cfg.max_batch, cfg.min_batch)
+    small = run_batched(runner, inputs[: cfg.min_batch], cfg.min_batch, cfg.min_batch)
+    diff = (logits - reference.float()).abs().max().item()
+    diff = max(diff, (small - reference[: cfg.min_batch].float()).abs().max().item())
+    agree = (logits.argmax(1) == reference.argmax(1)).float().mean().item()
+    limit = cfg.fp32_max_abs_diff if spec.precision == "fp32" else cfg.half_max_abs_diff
+    return {
+        "samples": len(x),
+        "max_abs_diff": diff,
+        "top1_agreement": agree,
+        "max_abs_diff_limit": limit,
+        "min_top1_agreement": cfg.min_top1_agreement,
+        "passed": diff <= limit and agree >= cfg.min_top1_agreement,
+    }
+
+
+def parity_message(name: str, precision: str, result: dict[str, Any]) -> str:
+    """One line naming the variant, the numbers and the limits that were crossed."""
+    field_name = "fp32_max_abs_diff" if precision == "fp32" else "half_max_abs_diff"
+    diff_op = ">" if result["max_abs_diff"] > result["max_abs_diff_limit"] else "<="
+    agree_op = "<" if result["top1_agreement"] < result["min_top1_agreement"] else ">="
+    return (
+        f"{name} ({precision}) failed the parity gate on {result['samples']} held-out images: "
+        f"max |logit diff| {result['max_abs_diff']:.3g} {diff_op} {result['max_abs_diff_limit']:g} "
+        f"(optimize.{field_name}), top-1 agreement {result['top1_agreement']:.4f} {agree_op} "
+        f"{result['min_top1_agreement']:g} (optimize.min_top1_agreement)"
+    )
+
+
+def build_one(
+    spec: Spec, ctx: BuildContext, x: torch.Tensor, reference: torch.Tensor
+) -> dict[str, Any]:
+    """Build, save, reload from the file, and gate one variant; raises on any failure."""
+    path = ctx.workdir / spec.file
+    start = time.perf_counter()
+    details = BUILDERS[spec.kind](spec, ctx, path)
+    seconds = time.perf_counter() - start
+    entry: dict[str, Any] = {
+        "kind": spec.kind,
+        "file": spec.file,
+        "precision": spec.precision,
+        "device": ctx.device.type,
+        "gpu": torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else None,
+        "cpu_capability": cpu_capability(),
+        "cpu_bf16_features": cpu_bf16_features(),
+        "size_bytes": path.stat().st_size,
+        "build_seconds": round(seconds, 3),
+        "details": details,
+    }
+    runner = load_variant_file(entry, path, ctx.device)
+    entry["parity"] = parity(runner, spec, x, reference, ctx.cfg)
+    if not entry["parity"]["passed"]:
+        raise ParityError(parity_message(spec.name, spec.precision, entry["parity"]), entry)
+    return entry

@@ -39,20 +39,15 @@ from hera.workflows import (
 from hera.workflows import models as m
 
 from flows.manifests import pytorchjob
+from flows.manifests.names import APP, annotations, label_value, labels, run_root, workflow_url
 from flows.manifests.pod import (
-    APP,
     DATA_VOLUME,
     ISTIO_INJECT,
     OUTPUTS_DIR,
-    annotations,
     config_args,
     container_security,
-    label_value,
-    labels,
     pod_env,
     pod_security,
-    run_root,
-    workflow_url,
 )
 from steps.common.config import PipelineConfig
 
@@ -96,16 +91,18 @@ def stage_cache_key(cfg: PipelineConfig) -> str:
 
 def _step(
     cfg: PipelineConfig,
+    *,
     name: str,
     image: str,
-    args: list[str],
-    *,
+    module: str,
+    args: Sequence[str],
     inputs: Sequence[str] = (),
     outputs: Sequence[Parameter | Artifact] = (),
     gpus: int = 0,
     **extra: Any,
 ) -> Container:
-    """A container template running one step CLI in its versioned image."""
+    """A container template running one step's CLI (``python -m <module> <args>``) in its
+    versioned image."""
     c = cfg.cluster
     if name in ("create-run", EXIT_HANDLER):
         resources, deadline = TRACKING_RESOURCES, TRACKING_DEADLINE_S
@@ -126,8 +123,8 @@ def _step(
         name=name,
         image=cfg.images.image(image),  # type: ignore[arg-type]
         image_pull_policy=cfg.images.pull_policy,
-        command=["python", "-m", args[0]],
-        args=[*args[1:], *config_args(cfg)],
+        command=["python", "-m", module],
+        args=[*args, *config_args(cfg)],
         env=[item.hera() for item in pod_env(cfg)],
         resources=resources,
         security_context=m.SecurityContext.model_validate(container_security(cfg)),
@@ -175,9 +172,10 @@ def _define(cfg: PipelineConfig) -> None:
     tags += ["--tag", f"argo.workflow_url={argo_link}"] if argo_link else []
     create_run = _step(
         cfg,
-        "create-run",
-        "train",
-        ["steps.tracking", "start", "--run-name", "{{workflow.name}}", *tags, *out_dir],
+        name="create-run",
+        image="train",
+        module="steps.tracking",
+        args=["start", "--run-name", "{{workflow.name}}", *tags, *out_dir],
         outputs=[
             _file_output("run-id", "run_id", RUN_ID_GLOBAL),
             _file_output("run-url", "run_url", RUN_URL_GLOBAL),
@@ -186,9 +184,10 @@ def _define(cfg: PipelineConfig) -> None:
     source = ["--source", cfg.data.source, "--dest", cfg.storage.root_uri]
     stage = _step(
         cfg,
-        "stage",
-        "data",
-        ["steps.stage_data", *source, *out_dir],
+        name="stage",
+        image="data",
+        module="steps.stage_data",
+        args=[*source, *out_dir],
         outputs=[
             _file_output(name, name.replace("-", "_"))
             for name in ("dataset-uri", "digest", "num-train", "num-test")
@@ -204,9 +203,10 @@ def _define(cfg: PipelineConfig) -> None:
     run = ["--mlflow-run-id", _inp("run-id"), *out_dir]
     optimize = _step(
         cfg,
-        "optimize",
-        "optimize",
-        ["steps.optimize", *model, *data, "--output", _inp("optimized-uri"), *run],
+        name="optimize",
+        image="optimize",
+        module="steps.optimize",
+        args=[*model, *data, "--output", _inp("optimized-uri"), *run],
         inputs=["model-uri", "dataset-uri", "optimized-uri", "run-id"],
         outputs=[_file_output("optimized", "optimized_uri")],
         gpus=c.optimize_gpus,
@@ -214,9 +214,10 @@ def _define(cfg: PipelineConfig) -> None:
     optimized, output = ["--optimized", _inp("optimized-uri")], ["--output", _inp("output-uri")]
     benchmark = _step(
         cfg,
-        "benchmark",
-        "optimize",
-        ["steps.benchmark", *model, *optimized, *data, *output, *run],
+        name="benchmark",
+        image="optimize",
+        module="steps.benchmark",
+        args=[*model, *optimized, *data, *output, *run],
         inputs=["model-uri", "optimized-uri", "dataset-uri", "output-uri", "run-id"],
         outputs=[
             Artifact(name=n, path=f"{OUTPUTS_DIR}/{f}", archive=NoneArchiveStrategy())
@@ -228,9 +229,10 @@ def _define(cfg: PipelineConfig) -> None:
     status = ["--status", "{{workflow.status}}"]
     _step(
         cfg,
-        EXIT_HANDLER,
-        "train",
-        ["steps.tracking", "end", "--run-id", run_id_global, *status, *link],
+        name=EXIT_HANDLER,
+        image="train",
+        module="steps.tracking",
+        args=["end", "--run-id", run_id_global, *status, *link],
     )
 
     uris = {"model-uri": f"{root}/model", "optimized-uri": f"{root}/optimized"}

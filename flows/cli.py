@@ -15,7 +15,7 @@ from pathlib import Path
 
 from flows import submit
 from flows.cifar import build_cron_workflow, build_workflow, render
-from flows.manifests.pod import FlowError
+from flows.manifests.names import FlowError
 from steps.common.config import REPO_ROOT, ConfigError, PipelineConfig, load_config
 
 
@@ -109,7 +109,7 @@ def mlflow_hint(cfg: PipelineConfig) -> str:
 
 
 def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
-    from flows.local.runner import run_local  # lazy: --render and --submit never load it
+    from flows.local.run import run_local  # lazy: --render and --submit never load it
 
     cfg = localize(cfg)
     code = run_local(build_workflow(cfg, git_revision=git_revision()), cfg, resume=args.resume)

@@ -24,7 +24,7 @@ from hera.workflows.models import (
 )
 from pydantic import ValidationError
 
-from flows.manifests.pod import FlowError, argo_ui, mlflow_ui, workflow_url
+from flows.manifests.names import FlowError, argo_ui, mlflow_ui, workflow_url
 from steps.common.config import ClusterConfig, ConfigError, PipelineConfig
 
 DONE = ("Succeeded", "Failed", "Error")

@@ -19,7 +19,8 @@ import yaml
 
 from flows import cli
 from flows.cifar import build_cron_workflow, build_workflow, stage_cache_key
-from flows.manifests.pod import FlowError, config_args
+from flows.manifests.names import FlowError
+from flows.manifests.pod import config_args
 from steps.common.config import ConfigError, load_config, package_version
 from tests.conftest import REPO_ROOT, SHARED
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from flows import cli
-from flows.manifests.pod import FlowError
+from flows.manifests.names import FlowError
 from steps.common.config import ConfigError
 from tests.conftest import REPO_ROOT
 
@@ -63,9 +63,9 @@ def test_usage_errors_are_one_line_and_exit_2(argv: list[str], match: str, capsy
 def test_no_mode_flag_runs_the_workflow_locally(monkeypatch) -> None:
     smoke = str(REPO_ROOT / "configs" / "smoke.yaml")
     calls = []
-    fake = type(sys)("flows.local.runner")
+    fake = type(sys)("flows.local.run")
     fake.run_local = lambda wf, cfg, **kw: calls.append((wf.to_dict(), cfg, kw)) or 7  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "flows.local.runner", fake)
+    monkeypatch.setitem(sys.modules, "flows.local.run", fake)
     assert cli.main(["--config", smoke, "--set", "train.epochs=1"]) == 7
     ((wf, cfg, kw),) = calls
     assert wf["kind"] == "Workflow" and cfg.train.epochs == 1 and kw == {"resume": None}

@@ -18,7 +18,8 @@ from hera.workflows import DAG, Container, Parameter, Resource, Workflow
 from hera.workflows import models as m
 
 from flows.local.checks import UnsupportedFeature, substitute, unsupported
-from flows.local.runner import LocalRunner, TaskState
+from flows.local.records import TaskState
+from flows.local.runner import LocalRunner
 from tests.conftest import REPO_ROOT
 
 OUT = m.ValueFrom(path="/tmp/outputs/value")

@@ -14,7 +14,8 @@ from kubeflow.training import models as kf
 
 from flows.cifar import build_workflow
 from flows.manifests import pytorchjob
-from flows.manifests.pod import EnvSpec, FlowError, dns1035
+from flows.manifests.names import FlowError, dns1035
+from flows.manifests.pod import EnvSpec
 from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 from tests.test_flow import CONFIGS, check_golden

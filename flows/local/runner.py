@@ -10,16 +10,13 @@ a ``state.json`` from which ``resume`` continues a failed or interrupted run.
 
 from __future__ import annotations
 
-import enum
-import hashlib
 import json
 import os
 import threading
 import time
 import uuid
-from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,69 +28,10 @@ from flows.local.checks import (
     substitute_all,
     unsupported,
 )
-from flows.local.tasks import (
-    ProcessSpec,
-    SubprocessHandler,
-    TaskHandler,
-    container_process,
-    pytorchjob_process,
-    read_outputs,
-    small_files,
-)
-
-
-def default_cache_dir() -> Path:
-    """Where memoized outputs live: ``$CIFAR_CACHE_DIR/memo`` or ~/.cache/cifar-pipeline/memo."""
-    base = os.environ.get("CIFAR_CACHE_DIR") or Path.home() / ".cache" / "cifar-pipeline"
-    return Path(base) / "memo"
-
-
-class TaskState(str, enum.Enum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    CACHED = "Cached"
-    FAILED = "Failed"
-    OMITTED = "Omitted"
-
-    @property
-    def done_ok(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.CACHED)
-
-
-@dataclass
-class TaskRecord:
-    name: str
-    template: str
-    state: TaskState = TaskState.PENDING
-    attempts: int = 0
-    started: float | None = None
-    finished: float | None = None
-    exit_code: int | None = None
-    message: str = ""
-    process_seconds: float = 0.0  # spawn to exit of its processes, all attempts
-    outputs: dict[str, str] = field(default_factory=dict)
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=200), repr=False)
-
-    @property
-    def seconds(self) -> float:
-        if self.started is None:
-            return 0.0
-        return (self.finished or time.time()) - self.started
-
-
-@dataclass
-class RunResult:
-    name: str
-    status: str  # Argo's workflow.status: Succeeded | Failed | Error; Terminated on Ctrl-C
-    run_dir: Path
-    tasks: dict[str, TaskRecord]
-    globals: dict[str, str]
-    seconds: float
-
-    @property
-    def failed_task(self) -> TaskRecord | None:
-        return next((t for t in self.tasks.values() if t.state is TaskState.FAILED), None)
+from flows.local.handlers import ProcessSpec, SubprocessHandler, TaskHandler
+from flows.local.memo import MemoCache, default_cache_dir
+from flows.local.records import RunResult, TaskRecord, TaskState
+from flows.local.tasks import container_process, pytorchjob_process, read_outputs, small_files
 
 
 class LocalRunner:
@@ -122,7 +60,7 @@ class LocalRunner:
         )
         self.run_dir = Path(runs_dir) / self.name
         self.handler = handler or SubprocessHandler()
-        self.cache_dir = cache_dir or default_cache_dir()
+        self.memo = MemoCache(cache_dir or default_cache_dir())
         self.cwd = cwd or Path.cwd()
         self.env = dict(os.environ if env is None else env)
         self.on_change = on_change or (lambda runner: None)
@@ -294,17 +232,14 @@ class LocalRunner:
                 {k: v for k, v in template.items() if k != "outputs"}, self._scope(inputs)
             )
             resolved["outputs"] = template.get("outputs", {})
-            cache = self._cache_file(resolved)
-            if cache and self._cache_hit(cache, resolved):
-                record.outputs = json.loads(cache.read_text())["outputs"]
-                record.state, record.message = TaskState.CACHED, f"memoized: reused {cache.name}"
+            hit = self.memo.get(resolved)
+            if hit:
+                record.outputs = hit[0]
+                record.state, record.message = TaskState.CACHED, f"memoized: reused {hit[1].name}"
             else:
                 self._execute(task["name"], resolved, record)
-                if cache and record.state is TaskState.SUCCEEDED:  # Argo caches successes only
-                    cache.parent.mkdir(parents=True, exist_ok=True)
-                    cache.write_text(
-                        json.dumps({"outputs": record.outputs, "created": time.time()})
-                    )
+                if record.state is TaskState.SUCCEEDED:  # Argo caches successes only
+                    self.memo.put(resolved, record.outputs)
             for parameter in template.get("outputs", {}).get("parameters", []):
                 if parameter.get("globalName") and parameter["name"] in record.outputs:
                     self.globals[f"workflow.outputs.parameters.{parameter['globalName']}"] = (
@@ -314,22 +249,6 @@ class LocalRunner:
             record.state, record.message = TaskState.FAILED, str(exc)
         finally:
             record.finished = time.time()
-
-    def _cache_file(self, template: dict[str, Any]) -> Path | None:
-        memo = template.get("memoize")
-        if not memo:
-            return None
-        config_map = memo.get("cache", {}).get("configMap", {}).get("name", "default")
-        key = hashlib.sha256(memo["key"].encode()).hexdigest()
-        return self.cache_dir / config_map / f"{key}.json"
-
-    @staticmethod
-    def _cache_hit(cache: Path, template: dict[str, Any]) -> bool:
-        if not cache.is_file():
-            return False
-        age = time.time() - json.loads(cache.read_text())["created"]
-        max_age = template["memoize"].get("maxAge")
-        return not max_age or age <= parse_duration(max_age)
 
     def _execute(self, name: str, template: dict[str, Any], record: TaskRecord) -> None:
         task_dir = self.run_dir / "tasks" / name
@@ -394,45 +313,3 @@ class LocalRunner:
         self._run_task(task, record)
         self.save_state()  # the handler's own record too
         self.on_change(self)
-
-
-def run_local(
-    workflow: Any,
-    cfg: Any = None,
-    *,
-    resume: Path | None = None,
-    runs_dir: Path = Path("runs"),
-    console: Any = None,
-    cache_dir: Path | None = None,
-) -> int:
-    """Run a Hera Workflow (or its manifest) here with live progress and a summary.
-
-    Returns the exit status for the CLI: 0 succeeded, 1 failed, 130 interrupted.
-    ``cfg`` is accepted for symmetry with render/submit; the manifest carries everything.
-    """
-    from rich.console import Console
-
-    from flows.local.view import LiveView, print_summary
-
-    console = console or Console(stderr=True, soft_wrap=True)
-    view = LiveView(console)
-    if resume is not None:
-        runner = LocalRunner.resume(Path(resume), on_change=view, cache_dir=cache_dir)
-        console.print(f"Resuming {runner.name} from {runner.run_dir}")
-    else:
-        manifest = workflow if isinstance(workflow, dict) else workflow.to_dict()
-        runner = LocalRunner(manifest, runs_dir, on_change=view, cache_dir=cache_dir)
-        console.print(f"Running workflow {runner.name} locally; logs in {runner.run_dir}/logs")
-    try:
-        with view:
-            result = runner.run()
-    except KeyboardInterrupt:
-        console.print(
-            f"Interrupted. The exit handler ran; continue with: "
-            f"python flows/cifar.py --resume {runner.run_dir}"
-        )
-        return 130
-    print_summary(result, runner, console)
-    if result.status != "Succeeded":
-        console.print(f"Continue after a fix with: python flows/cifar.py --resume {runner.run_dir}")
-    return 0 if result.status == "Succeeded" else 1

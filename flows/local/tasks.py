@@ -9,104 +9,18 @@ outputs are given a per-task directory, as a volume mount would.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from flows.local.checks import UnsupportedFeature
-
-
-@dataclass
-class ProcessSpec:
-    """One process to start: what a pod's main container would run."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: Path
-    deadline_s: float | None = None
-    path_map: dict[str, Path] = field(default_factory=dict)  # container dir -> local dir
-
-
-class TaskHandler(Protocol):
-    def run(self, spec: ProcessSpec, log: Path, tail: deque[str]) -> int: ...
-    def interrupt(self) -> None: ...
-
-
-class SubprocessHandler:
-    """Runs each process in its own process group, streaming its output to the log."""
-
-    def __init__(self) -> None:
-        self._running: set[subprocess.Popen] = set()
-        self._lock = threading.Lock()
-
-    def run(self, spec: ProcessSpec, log: Path, tail: deque[str]) -> int:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as sink:
-            process = subprocess.Popen(
-                spec.argv,
-                cwd=spec.cwd,
-                env=spec.env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            with self._lock:
-                self._running.add(process)
-            expired = threading.Event()
-
-            def on_deadline() -> None:
-                expired.set()
-                self._kill(process)
-
-            timer = threading.Timer(spec.deadline_s, on_deadline) if spec.deadline_s else None
-            if timer:
-                timer.start()
-            try:
-                assert process.stdout is not None
-                for line in iter(process.stdout.readline, b""):
-                    sink.write(line)
-                    sink.flush()
-                    tail.append(line.decode(errors="replace").rstrip())
-                code = process.wait()
-            finally:
-                if timer:
-                    timer.cancel()
-                with self._lock:
-                    self._running.discard(process)
-            if expired.is_set():
-                message = f"killed: activeDeadlineSeconds {spec.deadline_s:g} s passed"
-                tail.append(message)
-                sink.write(f"{message}\n".encode())
-            return code
-
-    @staticmethod
-    def _kill(process: subprocess.Popen) -> None:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def interrupt(self) -> None:
-        with self._lock:
-            running = list(self._running)
-        for process in running:
-            self._kill(process)
+from flows.local.handlers import ProcessSpec
 
 
 def local_argv(argv: list[str]) -> list[str]:

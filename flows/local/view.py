@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -13,7 +13,10 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 
-from flows.local.runner import LocalRunner, RunResult, TaskRecord, TaskState
+from flows.local.records import RunResult, TaskRecord, TaskState
+
+if TYPE_CHECKING:
+    from flows.local.runner import LocalRunner
 
 STYLE = {
     TaskState.PENDING: "dim",

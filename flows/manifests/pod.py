@@ -1,5 +1,5 @@
 """What every pod of the pipeline shares: the config as ``--set`` arguments, the environment
-(Secrets by reference only), the security context, names, labels and links.
+(Secrets by reference only) and the security context.
 
 The config reaches a pod as command-line arguments: one ``--set section.field=value`` for
 each field of the step sections that differs from the defaults in ``steps/common/config/``, so a
@@ -9,27 +9,20 @@ ConfigMap. ``config_args`` proves that by loading its own output back.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from hera.workflows import models as m
 from kubernetes import client as k8s
 
+from flows.manifests.names import FlowError
 from steps.common.config import ConfigError, PipelineConfig, load_config
 
-APP = "cifar-pipeline"
 OUTPUTS_DIR = "/tmp/outputs"  # where the steps write their output parameters
 STEP_SECTIONS = ("data", "storage", "train", "optimize", "benchmark", "tracking")
 DATA_VOLUME = "data"
-MAX_NAME = 63
 ISTIO_INJECT = "sidecar.istio.io/inject"  # = kubeflow.training.constants.ISTIO_SIDECAR_INJECTION
-
-
-class FlowError(ValueError):
-    """The config cannot become a valid workflow; the message names the field and the fix."""
 
 
 def _render(value: Any) -> str:
@@ -130,64 +123,3 @@ def pod_security(cfg: PipelineConfig) -> dict[str, Any]:
         "fsGroup": uid,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-
-
-def dns1035(text: str, max_len: int = MAX_NAME) -> str:
-    """A DNS-1035 label from ``text`` in at most ``max_len`` characters; a cut name ends
-    with 8 hex digits of the full name's hash, so two long names stay apart."""
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower())
-    name = re.sub(r"-+", "-", name).lstrip("-0123456789").rstrip("-") or "job"
-    if len(name) <= max_len:
-        return name
-    if max_len < 10:
-        raise FlowError(f"no room for a name: {max_len} characters left for {text!r}")
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[: max_len - 9].rstrip('-')}-{digest}"
-
-
-def label_value(text: str) -> str:
-    value = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63]
-    return value.strip("-._")
-
-
-def labels(cfg: PipelineConfig) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": APP,
-        "app.kubernetes.io/version": label_value(cfg.images.tag),
-        "app.kubernetes.io/managed-by": "hera",
-    }
-
-
-def annotations(cfg: PipelineConfig, git_revision: str | None) -> dict[str, str]:
-    notes = {
-        "workflows.argoproj.io/description": "CIFAR-10: stage, train (PyTorchJob), "
-        "optimize, benchmark; one MLflow run",
-        f"{APP}/version": cfg.images.tag,
-        f"{APP}/mlflow-experiment": cfg.tracking.experiment,
-    }
-    if mlflow_ui(cfg):
-        notes[f"{APP}/mlflow-ui"] = str(mlflow_ui(cfg))
-    if git_revision:
-        notes[f"{APP}/git-revision"] = git_revision
-    return notes
-
-
-def argo_ui(cfg: PipelineConfig) -> str | None:
-    base = cfg.cluster.argo_ui_url or cfg.cluster.argo_host
-    return base.rstrip("/") if base else None
-
-
-def mlflow_ui(cfg: PipelineConfig) -> str | None:
-    base = cfg.tracking.ui_url or cfg.tracking.uri
-    return base.rstrip("/") if base.startswith(("http://", "https://")) else None
-
-
-def workflow_url(cfg: PipelineConfig, namespace: str, name: str) -> str | None:
-    """The workflow's page in the Argo UI (names may be Argo ``{{...}}`` expressions)."""
-    base = argo_ui(cfg)
-    return f"{base}/workflows/{namespace}/{name}" if base else None
-
-
-def run_root(cfg: PipelineConfig) -> str:
-    """Where this workflow's objects live: derived from its name, so a retry finds them."""
-    return f"{cfg.storage.root_uri.rstrip('/')}/runs/{{{{workflow.name}}}}"

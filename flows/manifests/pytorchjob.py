@@ -22,16 +22,8 @@ from kubeflow.training import models as kf
 from kubeflow.training.constants import constants
 from kubernetes import client as k8s
 
-from flows.manifests.pod import (
-    DATA_VOLUME,
-    ISTIO_INJECT,
-    MAX_NAME,
-    EnvSpec,
-    FlowError,
-    container_security,
-    dns1035,
-    pod_security,
-)
+from flows.manifests.names import MAX_NAME, FlowError, dns1035
+from flows.manifests.pod import DATA_VOLUME, ISTIO_INJECT, EnvSpec, container_security, pod_security
 from steps.common.config import PipelineConfig
 
 GENERATED_SUFFIX = 5  # characters the API server appends to metadata.generateName

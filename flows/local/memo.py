@@ -1,0 +1,51 @@
+"""Argo's memoization, locally: a template's ``memoize.key`` names a file of its outputs
+under the cache directory (one folder per ``cache.configMap``); a success is stored, and a
+later run reuses it while it is younger than ``maxAge``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from flows.local.checks import parse_duration
+
+
+def default_cache_dir() -> Path:
+    """Where memoized outputs live: ``$CIFAR_CACHE_DIR/memo`` or ~/.cache/cifar-pipeline/memo."""
+    base = os.environ.get("CIFAR_CACHE_DIR") or Path.home() / ".cache" / "cifar-pipeline"
+    return Path(base) / "memo"
+
+
+class MemoCache:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def entry(self, template: dict[str, Any]) -> Path | None:
+        """The file a memoized template's outputs live in; None when it is not memoized."""
+        memo = template.get("memoize")
+        if not memo:
+            return None
+        config_map = memo.get("cache", {}).get("configMap", {}).get("name", "default")
+        key = hashlib.sha256(memo["key"].encode()).hexdigest()
+        return self.directory / config_map / f"{key}.json"
+
+    def get(self, template: dict[str, Any]) -> tuple[dict[str, str], Path] | None:
+        """The stored outputs and their file, while younger than ``maxAge``; else None."""
+        entry = self.entry(template)
+        if entry is None or not entry.is_file():
+            return None
+        stored = json.loads(entry.read_text())
+        max_age = template["memoize"].get("maxAge")
+        if max_age and time.time() - stored["created"] > parse_duration(max_age):
+            return None
+        return stored["outputs"], entry
+
+    def put(self, template: dict[str, Any], outputs: dict[str, str]) -> None:
+        entry = self.entry(template)
+        if entry is not None:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            entry.write_text(json.dumps({"outputs": outputs, "created": time.time()}))

@@ -1,0 +1,200 @@
+"""The project's import graph, read from the source (nothing is imported), and the design's
+import rules over it (docs/architecture.md, "Who may import whom")."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGES = ("steps", "flows")
+STEP_PACKAGES = ("stage_data", "train", "optimize", "benchmark")
+STEP_MODULES = ("predict", "tracking", "config")  # single-module CLIs under steps/
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    imports: set[str] = field(default_factory=set)  # every module it names, lazy ones too
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _under_main_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Inside ``if __name__ == "__main__":``: runs only as a script, not on import."""
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def read_graph(root: Path) -> dict[str, Module]:
+    """Every module of ``steps/`` and ``flows/`` under ``root`` with what it imports."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            name = module_name(root, path)
+            modules[name] = Module(name, path)
+    for module in modules.values():
+        tree = ast.parse(module.path.read_text(), str(module.path))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom) and not _under_main_guard(
+                node, parents
+            ):
+                module.imports |= set(_targets(node, modules))
+    return modules
+
+
+def _targets(node: ast.Import | ast.ImportFrom, modules: dict[str, Module]) -> Iterator[str]:
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+        return
+    base = node.module or ""
+    for alias in node.names:
+        candidate = f"{base}.{alias.name}"
+        yield candidate if candidate in modules else base
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def step_of(name: str) -> str | None:
+    """The step a module belongs to (``steps.train.fit`` -> ``train``); None for the rest."""
+    parts = name.split(".")
+    if parts[0] != "steps" or len(parts) < 2:
+        return None
+    if parts[1] in STEP_PACKAGES or parts[1] in STEP_MODULES:
+        return parts[1]
+    return None
+
+
+def step_imports_only_common_and_itself(graph: dict[str, Module]) -> list[str]:
+    """A step imports only ``steps.common`` and its own folder: never another step,
+    flows/ or Hera, so it runs alone inside its image."""
+    problems = []
+    for module in graph.values():
+        mine = step_of(module.name)
+        if mine is None:
+            continue
+        for target in sorted(module.imports):
+            if top(target) in ("flows", "hera"):
+                problems.append(f"{module.name} imports {target}")
+            elif top(target) == "steps" and target != "steps":
+                other = step_of(target)
+                if other is not None and other != mine:
+                    problems.append(f"{module.name} imports {target} (another step)")
+    return problems
+
+
+def common_imports_no_step_or_flow(graph: dict[str, Module]) -> list[str]:
+    """``steps.common`` is shared by every step: it imports no step and no flow."""
+    return [
+        f"{module.name} imports {target}"
+        for module in graph.values()
+        if module.name.startswith("steps.common")
+        for target in sorted(module.imports)
+        if top(target) in ("flows", "hera") or step_of(target) is not None
+    ]
+
+
+def local_runner_imports_no_step_code(graph: dict[str, Module]) -> list[str]:
+    """The local runner runs the templates' commands; it never imports what they run."""
+    return [
+        f"{module.name} imports {target}"
+        for module in graph.values()
+        if module.name.startswith("flows.local")
+        for target in sorted(module.imports)
+        if top(target) == "steps"
+    ]
+
+
+def staging_never_imports_torch(graph: dict[str, Module]) -> list[str]:
+    """``steps.stage_data`` and everything it imports stay torch-free: the data image is small."""
+    problems = []
+    for start in (n for n in graph if n == "steps.stage_data" or n.startswith("steps.stage_data.")):
+        for name, path in reachable(graph, start).items():
+            heavy = sorted(t for t in graph[name].imports if top(t) == "torch")
+            if heavy:
+                problems.append(f"{start} reaches torch: {' -> '.join(path)} imports {heavy[0]}")
+    return sorted(set(problems))
+
+
+def reachable(graph: dict[str, Module], start: str) -> dict[str, list[str]]:
+    """Project modules reachable from ``start`` (a package's ``__init__`` included), each
+    with one import path to it."""
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        current = queue.pop(0)
+        for target in sorted(graph[current].imports):
+            for name in _with_parents(target, graph):
+                if name not in paths:
+                    paths[name] = [*paths[current], name]
+                    queue.append(name)
+    return paths
+
+
+def _with_parents(target: str, graph: dict[str, Module]) -> list[str]:
+    """Importing ``a.b.c`` runs ``a/__init__``, ``a.b/__init__`` and ``a.b.c``."""
+    parts = target.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in graph]
+
+
+def import_cycles(graph: dict[str, Module]) -> list[str]:
+    """Every strongly connected group of modules that import each other (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[str] = []
+
+    def edges(name: str) -> list[str]:
+        # A module's own packages were imported before it ran: no edge back to them.
+        ancestors = set(_with_parents(name, graph)) - {name}
+        targets = {t for target in graph[name].imports for t in _with_parents(target, graph)}
+        return sorted(targets - ancestors)
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        on_stack.add(name)
+        for target in edges(name):
+            if target not in index:
+                visit(target)
+                low[name] = min(low[name], low[target])
+            elif target in on_stack:
+                low[name] = min(low[name], index[target])
+        if low[name] == index[name]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == name:
+                    break
+            if len(group) > 1:
+                cycles.append(" <-> ".join(sorted(group)))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return cycles
+
+
+RULES = (
+    step_imports_only_common_and_itself,
+    common_imports_no_step_or_flow,
+    local_runner_imports_no_step_code,
+    staging_never_imports_torch,
+    import_cycles,
+)

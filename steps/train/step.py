@@ -24,7 +24,6 @@ import time
 from dataclasses import asdict
 
 from steps.common.config import ConfigError, PipelineConfig, load_config
-from steps.common.dataset import NotADataset
 from steps.common.step_cli import add_common, run_main, startup_seconds, write_outputs
 from steps.common.tracking import TrackingError, open_run
 from steps.train.fit import StopRequested, TrainResult, fit
@@ -37,7 +36,7 @@ from steps.train.state import (
     teardown_distributed,
 )
 
-USER_ERRORS = (ConfigError, CheckpointMismatch, NotADataset)
+USER_ERRORS = (ConfigError, CheckpointMismatch)
 STOPPED_EXIT = 3  # the test-only stop after a checkpoint (steps.train.fit.STOP_AFTER_ENV)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from steps.common.config import ConfigError, load_config
+from steps.common.config import load_config
 from steps.common.device import pick_device
 from steps.common.inference import DTYPES, InputError, Runner, load_trained, normalize, run_batched
 from steps.common.runtime import (
@@ -159,7 +159,7 @@ def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runn
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_main("predict", run, args, user_errors=(ConfigError, InputError))
+    return run_main("predict", run, args, user_errors=(InputError,))
 
 
 if __name__ == "__main__":

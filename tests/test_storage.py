@@ -10,6 +10,7 @@ import pytest
 
 from steps.common.config import StorageConfig
 from steps.common.storage import LocalStore, S3Store, StorageError, open_store, split_uri
+from steps.common.uris import UriError
 from tests.conftest import S3Bucket
 from tests.servers import free_port
 
@@ -37,7 +38,7 @@ def test_open_store_by_scheme(uri: str, kind: type, root: str) -> None:
     ],
 )
 def test_open_store_rejects(uri: str, match: str) -> None:
-    with pytest.raises(StorageError, match=match):
+    with pytest.raises(UriError, match=match):
         open_store(uri)
 
 

@@ -348,7 +348,7 @@ def test_dataset_and_checkpoints_on_s3(s3_bucket: S3Bucket, monkeypatch) -> None
         ("bad value", ["--set", "train.epochs=0"], 2, r"train\.epochs"),
         ("unknown field", ["--set", "train.epoch=3"], 2, r"train\.epoch"),
         ("batch too big", ["--set", "train.batch_size=4096"], 2, r"exceeds the 1500 training"),
-        ("not a dataset", ["--dataset", "{tmp}"], 1, r"no manifest\.json"),
+        ("not a dataset", ["--dataset", "{tmp}"], 2, r"no manifest\.json"),
         ("other model's checkpoints", ["--set", "train.model=resnet9"], 2, r"was trained with"),
     ],
 )

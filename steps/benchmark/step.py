@@ -32,7 +32,6 @@ import torch
 from steps.benchmark.report import markdown, plot_png
 from steps.benchmark.timing import memory_probe, summarize, time_calls
 from steps.common.config import ConfigError, PipelineConfig, load_config
-from steps.common.dataset import NotADataset
 from steps.common.device import device_name, environment, pick_device
 from steps.common.inference import (
     DTYPES,
@@ -277,4 +276,4 @@ def build_report(cfg, trained, doc, split, args, device, gate: int) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_main("benchmark", run, args, user_errors=(ConfigError, InputError, NotADataset))
+    return run_main("benchmark", run, args, user_errors=(InputError,))

@@ -19,10 +19,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from steps.common.config import ConfigError, PipelineConfig, TrackingConfig
+from steps.common.dataset import NotADataset
 from steps.common.storage import LocalStore
+from steps.common.uris import UriError
 
 # This module stays torch-free: the data image's staging step uses it too.
 OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
+# Mistakes in what the user passed, the same in every step: exit 2.
+USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, UriError, NotADataset)
 
 
 def add_common(
@@ -116,18 +120,19 @@ def run_main(
     prog: str,
     run: Callable[[argparse.Namespace], Any],
     args: argparse.Namespace,
-    user_errors: tuple[type[Exception], ...] = (ConfigError,),
+    user_errors: tuple[type[Exception], ...] = (),
     exit_codes: Mapping[type[Exception], int] | None = None,
 ) -> int:
     """Run a step; a failure is ``prog: error: <one line>`` on stderr and its exit code (see
-    above). ``exit_codes`` gives a step's own exceptions codes of their own."""
+    above). ``USER_ERRORS`` and a step's own ``user_errors`` exit 2; ``exit_codes`` gives a
+    step's own exceptions codes of their own."""
     try:
         result = run(args)
     except Exception as exc:
         if args.debug:
             raise
         special = [code for kind, code in (exit_codes or {}).items() if isinstance(exc, kind)]
-        code = special[0] if special else 2 if isinstance(exc, user_errors) else 1
+        code = special[0] if special else 2 if isinstance(exc, USER_ERRORS + user_errors) else 1
         lines = str(exc).strip().splitlines()
         text = lines[0] if lines else ""
         if not type(exc).__module__.startswith("steps."):  # a crash: name its type

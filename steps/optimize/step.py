@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from steps.common.config import ConfigError, PipelineConfig, load_config
-from steps.common.dataset import NotADataset
 from steps.common.device import cpu_capability, environment, pick_device
 from steps.common.inference import (
     DTYPES,
@@ -253,4 +252,4 @@ def _finish(args, doc: dict[str, Any], start: float, reused: bool) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_main("optimize", run, args, user_errors=(ConfigError, InputError, NotADataset))
+    return run_main("optimize", run, args, user_errors=(InputError,))

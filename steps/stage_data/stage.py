@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ import numpy as np
 from rich.console import Console
 
 from steps.common.config import ConfigError, PipelineConfig
+from steps.common.config.fields import check_data_source
 from steps.common.dataset import MANIFEST, content_digest, write_arrays
 from steps.common.progress import transfer
 from steps.common.storage import open_store, split_uri
@@ -76,23 +76,18 @@ class StageResult:
 
 
 def parse_source(text: str) -> Source:
-    """``cifar10``, ``synthetic`` / ``synthetic:N``, or a path / file:// / s3:// tarball."""
+    """``cifar10``, ``synthetic`` / ``synthetic:N``, or a path / file:// / s3:// tarball
+    (checked as the config's ``data.source`` is)."""
+    try:
+        check_data_source(text)
+    except ValueError as exc:
+        reason = str(exc).removeprefix(f"{text!r}: ").removeprefix(f"{text}: ")
+        raise ConfigError(f"--source {text}: {reason}") from None
     if text == "cifar10":
         return Source("cifar10", text)
-    match = re.fullmatch(r"synthetic(?::(\d+))?", text)
-    if match:
-        size = int(match.group(1)) if match.group(1) else DEFAULT_SYNTHETIC_SIZE
-        if size < 10:
-            raise ConfigError(f"--source {text}: synthetic needs at least 10 images")
-        return Source("synthetic", text, size=size)
     if text.startswith("synthetic"):
-        raise ConfigError(f"--source {text}: expected synthetic or synthetic:N (N images)")
-    foreign_scheme = re.match(r"^[a-z0-9+]+://", text) and not text.startswith(("s3://", "file://"))
-    if not text or foreign_scheme:
-        raise ConfigError(
-            f"--source {text!r}: expected cifar10, synthetic[:N], or a path, file:// or s3:// "
-            "URI of cifar-10-python.tar.gz"
-        )
+        size = int(text.partition(":")[2] or DEFAULT_SYNTHETIC_SIZE)
+        return Source("synthetic", text, size=size)
     return Source("tarball", text, location=text)
 
 

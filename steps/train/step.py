@@ -36,7 +36,6 @@ from steps.train.state import (
     teardown_distributed,
 )
 
-USER_ERRORS = (ConfigError, CheckpointMismatch)
 STOPPED_EXIT = 3  # the test-only stop after a checkpoint (steps.train.fit.STOP_AFTER_ENV)
 
 
@@ -105,4 +104,4 @@ def main(argv: list[str] | None = None) -> int:
     rank = os.environ.get("RANK", "0")
     prog = "train" if rank == "0" else f"train[rank {rank}]"
     args = build_parser().parse_args(argv)
-    return run_main(prog, run, args, USER_ERRORS, exit_codes={StopRequested: STOPPED_EXIT})
+    return run_main(prog, run, args, (CheckpointMismatch,), {StopRequested: STOPPED_EXIT})

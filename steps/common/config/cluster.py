@@ -15,6 +15,7 @@ from steps.common.config.fields import (
     KubeName,
     Quantity,
     Section,
+    Timezone,
 )
 
 
@@ -112,7 +113,7 @@ class ImagesConfig(Section):
 class ScheduleConfig(Section):
     name: CronName = Field("cifar-nightly", description="CronWorkflow name (max 52 characters)")
     cron: CronSchedule = Field("0 2 * * *", description="CronWorkflow schedule (nightly retrain)")
-    timezone: str = Field("UTC", description="IANA time zone of the schedule")
+    timezone: Timezone = Field("UTC", description="IANA time zone of the schedule")
     concurrency_policy: Literal["Allow", "Forbid", "Replace"] = Field("Forbid")
     starting_deadline_seconds: int = Field(600, ge=0, description="late start allowed")
     successful_history_limit: int = Field(3, ge=0, description="finished runs kept")

@@ -7,9 +7,13 @@ A check failing raises ``ValueError``; pydantic reports it under the field's nam
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+
+from steps.common.uris import UriError, check_uri
 
 
 class Section(BaseModel):
@@ -28,6 +32,52 @@ def _matching(pattern: str, message: str):
 
     return AfterValidator(check)
 
+
+def _storage_uri(value: str) -> str:
+    return check_uri(value)
+
+
+StorageUri = Annotated[str, AfterValidator(_storage_uri)]
+SYNTHETIC = re.compile(r"synthetic(:(\d+))?")
+
+
+def check_data_source(value: str) -> str:
+    """``cifar10``, ``synthetic[:N]`` (N >= 10) or a path / file:// / s3:// tarball."""
+    if value == "cifar10":
+        return value
+    match = SYNTHETIC.fullmatch(value)
+    if match:
+        if match.group(2) and int(match.group(2)) < 10:
+            raise ValueError(f"{value!r}: synthetic needs at least 10 images")
+        return value
+    if value.startswith("synthetic"):
+        raise ValueError(f"{value!r}: expected synthetic or synthetic:N (N images)")
+    try:
+        return check_uri(value)
+    except UriError as exc:
+        raise ValueError(
+            f"{str(exc).split(';')[0]}; expected cifar10, synthetic[:N], or a path, file:// "
+            "or s3:// URI of cifar-10-python.tar.gz"
+        ) from None
+
+
+DataSource = Annotated[str, AfterValidator(check_data_source)]
+
+
+def _processes(value: object) -> object:
+    """A number of processes of at least 1, or ``auto``."""
+    if value == "auto":
+        return value
+    try:
+        count = int(str(value))
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number of processes or 'auto'") from None
+    if count < 1:
+        raise ValueError(f"{count} processes: use 1 or more, or 'auto'")
+    return count
+
+
+Processes = Annotated[int | Literal["auto"], BeforeValidator(_processes)]
 
 Md5 = Annotated[
     str, _matching(r"[0-9a-f]{32}|none", "{value!r} is not 32 lowercase hex digits or 'none'")
@@ -59,13 +109,55 @@ CronName = Annotated[
 ]
 
 
-def _cron_fields(value: str) -> str:
-    if not (value.startswith("@") or len(value.split()) == 5):
-        raise ValueError(f"{value!r} is not a cron expression of 5 fields (or @daily...)")
+# What Argo's CronWorkflow parser (robfig/cron, standard fields and descriptors) takes.
+CRON_DESCRIPTORS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+GO_DURATION = re.compile(r"(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+")
+
+
+def _cron(value: str) -> str:
+    """A schedule Argo accepts: 5 fields (minute hour day-of-month month day-of-week, with
+    ``*``, ``,``, ``-``, ``/``, ``?`` and month or day names), a descriptor such as
+    ``@daily``, or ``@every <duration>``."""
+    text = value.strip()
+    if text.startswith("@every "):
+        if not GO_DURATION.fullmatch(text.removeprefix("@every ").strip()):
+            raise ValueError(f"{value!r}: @every takes a duration such as 90m or 1h30m")
+        return value
+    if text.startswith("@"):
+        if text not in CRON_DESCRIPTORS:
+            raise ValueError(f"{value!r} is not one of {', '.join(CRON_DESCRIPTORS)} or @every")
+        return value
+    fields = text.split()
+    if len(fields) != 5:
+        raise ValueError(
+            f"{value!r} has {len(fields)} fields; a cron schedule has 5 (minute hour "
+            "day-of-month month day-of-week), e.g. '0 2 * * *'"
+        )
+    if re.search(r"[LW#]", re.sub(r"[A-Z]{3}", "", text.upper())):  # JUL, WED are names
+        raise ValueError(f"{value!r}: L, W and # are not cron syntax Argo accepts")
+    from cronsim import CronSim, CronSimError  # here: only a config that has a schedule pays
+
+    try:
+        CronSim(text.replace("?", "*"), datetime(2000, 1, 1))
+    except CronSimError as exc:
+        raise ValueError(f"{value!r} is not a valid cron schedule ({exc})") from None
     return value
 
 
-CronSchedule = Annotated[str, AfterValidator(_cron_fields)]
+CronSchedule = Annotated[str, AfterValidator(_cron)]
+
+
+def _timezone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"{value!r} is not an IANA time zone, e.g. UTC, Europe/Berlin, America/New_York"
+        ) from None
+    return value
+
+
+Timezone = Annotated[str, AfterValidator(_timezone)]
 
 
 def _versioned(value: str) -> str:

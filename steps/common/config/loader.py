@@ -114,7 +114,8 @@ def load_config(
                 (f"--set {text}" for keys, text in overridden.items() if loc[: len(keys)] == keys),
                 source,
             )
-            problems.append(f"{origin}: {'.'.join(loc)}: {err['msg']}")
+            message = err["msg"].removeprefix("Value error, ")  # our own checks' words suffice
+            problems.append(f"{origin}: {'.'.join(loc)}: {message}")
         raise ConfigError("; ".join(problems)) from None
 
 

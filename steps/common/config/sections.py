@@ -6,14 +6,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from steps.common.config.fields import Md5, Section
+from steps.common.config.fields import DataSource, Md5, Processes, Section, StorageUri
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 
 
 class DataConfig(Section):
-    source: str = Field(
+    source: DataSource = Field(
         "cifar10",
         description="cifar10 (official tarball over HTTPS), synthetic[:N] (offline, learnable), "
         "or a path / file:// / s3:// URI of cifar-10-python.tar.gz",
@@ -30,7 +30,7 @@ class DataConfig(Section):
 
 
 class StorageConfig(Section):
-    root_uri: str = Field(
+    root_uri: StorageUri = Field(
         "file://./artifacts",
         description="artifact root: a directory, file:// or s3://bucket/prefix URI",
     )
@@ -54,7 +54,7 @@ class TrainConfig(Section):
     weight_decay: float = Field(5e-4, ge=0, description="SGD weight decay")
     label_smoothing: float = Field(0.2, ge=0, lt=1, description="cross-entropy smoothing")
     warmup_epochs: float = Field(2.0, ge=0, description="linear warm-up to the peak lr")
-    nproc_per_node: int | Literal["auto"] = Field(
+    nproc_per_node: Processes = Field(
         "auto", description="processes per node; auto: one per GPU, else 1"
     )
     seed: int = Field(0, description="seed of init and shuffling")

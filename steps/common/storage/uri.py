@@ -2,34 +2,30 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import urlparse
 
 from steps.common.config import StorageConfig
-from steps.common.storage.base import StorageError, Store
+from steps.common.storage.base import Store
 from steps.common.storage.local import LocalStore
 from steps.common.storage.s3 import S3Store
+from steps.common.uris import check_uri
 
 
 def open_store(uri: str, cfg: StorageConfig | None = None) -> Store:
     """The store for a root URI: ``s3://bucket/prefix``, ``file:///dir`` or a plain path."""
     cfg = cfg or StorageConfig()
-    parsed = urlparse(uri)
+    parsed = urlparse(check_uri(uri))
     if parsed.scheme == "s3":
-        if not parsed.netloc:
-            raise StorageError(f"{uri}: an s3:// URI needs a bucket name (s3://bucket/prefix)")
         return S3Store(parsed.netloc, parsed.path.strip("/"), cfg)
     if parsed.scheme == "file":
         return LocalStore(Path(parsed.netloc + parsed.path) if parsed.netloc else Path(parsed.path))
-    if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
-        return LocalStore(Path(uri))
-    raise StorageError(f"{uri}: unsupported scheme {parsed.scheme!r}; use a path, file:// or s3://")
+    return LocalStore(Path(uri))
 
 
 def split_uri(uri: str, cfg: StorageConfig | None = None) -> tuple[Store, str]:
     """The store holding one object URI, and the object's key in it."""
-    parsed = urlparse(uri)
+    parsed = urlparse(check_uri(uri))
     if parsed.scheme == "s3":
         bucket_root = f"s3://{parsed.netloc}"
         return open_store(bucket_root, cfg), parsed.path.lstrip("/")

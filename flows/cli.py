@@ -104,26 +104,47 @@ def mlflow_hint(cfg: PipelineConfig) -> str:
     """How to look at the run afterwards."""
     uri = cfg.tracking.uri
     if uri.startswith(("sqlite:", "file:")) or "://" not in uri:
-        return f"Open MLflow with: mlflow ui --backend-store-uri {uri}"
+        return (
+            f"Open MLflow with: mlflow ui --backend-store-uri {uri}  "
+            "(then the mlflow-run-url above, on http://127.0.0.1:5000)"
+        )
     return f"MLflow: {cfg.tracking.ui_url or uri}"
 
 
 def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from flows.local.run import run_local  # lazy: --render and --submit never load it
 
+    if args.resume is not None and not (args.resume / "state.json").is_file():
+        raise UsageError(
+            f"--resume {args.resume}: not a local run (no state.json there); pass the run "
+            "directory a local run printed, runs/<workflow name>"
+        )
     cfg = localize(cfg)
+    check_local_source(cfg)
     code = run_local(build_workflow(cfg, git_revision=git_revision()), cfg, resume=args.resume)
     if args.resume is None:  # a resumed run's config is in its state; its run link above
         print(mlflow_hint(cfg), file=sys.stderr)
     return code
 
 
+def check_local_source(cfg: PipelineConfig) -> None:
+    """A data.source that is a file on this machine must be there before anything runs."""
+    source = cfg.data.source
+    if source == "cifar10" or source.startswith(("synthetic", "s3://")):
+        return
+    path = Path(source.removeprefix("file://"))
+    if not path.is_file():
+        raise UsageError(
+            f"data.source {source}: no such file; give the path of cifar-10-python.tar.gz, "
+            "or use cifar10 (download) or synthetic[:N] (offline)"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     check_options(args)
-    cfg = load_config(args.config, args.overrides)
+    cfg = submit.resolve_config(load_config(args.config, args.overrides), os.environ)
     if not (args.render or args.submit):
         return run_here(cfg, args)
-    cfg = submit.resolve_config(cfg, os.environ)
     build = build_cron_workflow if args.cron else build_workflow
     if args.render:
         sys.stdout.write(render(build(cfg, git_revision=git_revision())))

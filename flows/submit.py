@@ -25,7 +25,7 @@ from hera.workflows.models import (
 from pydantic import ValidationError
 
 from flows.manifests.names import FlowError, argo_ui, mlflow_ui, workflow_url
-from steps.common.config import ClusterConfig, ConfigError, PipelineConfig
+from steps.common.config import ClusterConfig, ConfigError, PipelineConfig, TrackingConfig
 
 DONE = ("Succeeded", "Failed", "Error")
 RUN_URL_GLOBAL = "mlflow-run-url"
@@ -47,30 +47,58 @@ class ArgoTarget:
 
 
 def resolve_config(cfg: PipelineConfig, environ: Mapping[str, str]) -> PipelineConfig:
-    """Fill what the config leaves open from ARGO_HOST / ARGO_NAMESPACE / ARGO_INSECURE_..."""
+    """Fill what the config leaves open from the environment, as the argo and mlflow CLIs
+    read it: the Argo server from ``ARGO_SERVER`` (host:port; https unless
+    ``ARGO_SECURE=false``, under ``ARGO_BASE_HREF``) or ``ARGO_HOST`` (a URL), the namespace
+    from ``ARGO_NAMESPACE``, TLS verification off with ``ARGO_INSECURE_SKIP_VERIFY=true``,
+    and the MLflow store from ``MLFLOW_TRACKING_URI`` where tracking.uri is the default."""
     c, updates = cfg.cluster, {}
-    if c.argo_host is None and environ.get("ARGO_HOST"):
-        updates["argo_host"] = environ["ARGO_HOST"]
+    if c.argo_host is None and (environ.get("ARGO_SERVER") or environ.get("ARGO_HOST")):
+        updates["argo_host"] = argo_server_url(environ)
     if "namespace" not in c.model_fields_set and environ.get("ARGO_NAMESPACE"):
         updates["namespace"] = environ["ARGO_NAMESPACE"]
-    insecure = environ.get("ARGO_INSECURE_SKIP_VERIFY", "").lower() in ("1", "true", "yes")
-    if "verify_tls" not in c.model_fields_set and insecure:
+    if "verify_tls" not in c.model_fields_set and _true(environ.get("ARGO_INSECURE_SKIP_VERIFY")):
         updates["verify_tls"] = False
+    tracking = cfg.tracking
+    env_uri = environ.get("MLFLOW_TRACKING_URI")
+    if env_uri and tracking.uri == TrackingConfig().uri and env_uri != tracking.uri:
+        tracking = tracking.model_copy(update={"uri": env_uri})
     if not updates:
-        return cfg
+        return cfg.model_copy(update={"tracking": tracking})
     try:
         cluster = ClusterConfig.model_validate({**c.model_dump(), **updates})
     except ValidationError as exc:
         problems = "; ".join(f"cluster.{e['loc'][0]}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"from the environment (ARGO_*): {problems}") from None
-    return cfg.model_copy(update={"cluster": cluster})
+    return cfg.model_copy(update={"cluster": cluster, "tracking": tracking})
+
+
+def argo_server_url(environ: Mapping[str, str]) -> str:
+    """The Argo server's URL from the argo CLI's variables; ``ARGO_HOST`` is our older name."""
+    server = environ.get("ARGO_SERVER", "").strip()
+    if not server:
+        return environ["ARGO_HOST"]
+    if server.startswith(("http://", "https://")):
+        base = server
+    else:
+        secure = environ.get("ARGO_SECURE", "true")
+        base = f"{'http' if secure.lower() in ('false', '0', 'no') else 'https'}://{server}"
+    href = environ.get("ARGO_BASE_HREF", "").strip("/")
+    return f"{base.rstrip('/')}/{href}" if href else base
+
+
+def _true(value: str | None) -> bool:
+    return (value or "").lower() in ("1", "true", "yes")
 
 
 def preflight(cfg: PipelineConfig, environ: Mapping[str, str]) -> ArgoTarget:
     """Refuse, before contacting anything, a config whose pods could not work together."""
     c, root = cfg.cluster, cfg.storage.root_uri
     if not c.argo_host:
-        raise FlowError("no Argo server: set cluster.argo_host or ARGO_HOST (https://host:2746)")
+        raise FlowError(
+            "no Argo server: set cluster.argo_host, ARGO_SERVER (host:2746) or ARGO_HOST "
+            "(https://host:2746)"
+        )
     if not c.argo_host.startswith(("http://", "https://")):
         raise FlowError(f"cluster.argo_host {c.argo_host!r}: give a URL, https://host:2746")
     shared = (c.pvc_mount_path.rstrip("/") + "/") if c.pvc else None
@@ -121,9 +149,8 @@ def explain(exc: Exception, target: ArgoTarget, what: str) -> str:
             "cluster.verify_tls=false or ARGO_INSECURE_SKIP_VERIFY=true"
         )
     if isinstance(exc, requests.RequestException):
-        return (
-            f"argo: cannot reach {host} ({type(exc).__name__}); check ARGO_HOST, or {PORT_FORWARD}"
-        )
+        reason = type(exc).__name__
+        return f"argo: cannot reach {host} ({reason}); check ARGO_SERVER, or {PORT_FORWARD}"
     if code == 401:
         given = "the token was refused" if target.token else "no token was given"
         return f"argo: 401 Unauthorized at {host}: {given}; set ARGO_TOKEN='Bearer <token>'"

@@ -17,6 +17,7 @@ the exit code is then 2.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -79,6 +80,11 @@ def run(args: argparse.Namespace) -> PredictResult:
     cfg = load_config(args.config, args.overrides)
     device = pick_device()
     trained = load_trained(args.model, cfg.storage, device)
+    if args.top_k > len(trained.classes):
+        raise InputError(
+            f"--top-k {args.top_k}: the model has {len(trained.classes)} classes; "
+            f"use 1 to {len(trained.classes)}"
+        )
     predictions, pixels = [], []
     for image in args.images:
         try:
@@ -94,7 +100,7 @@ def run(args: argparse.Namespace) -> PredictResult:
                 runner, x.to(DTYPES[precision]), batch_range["max"], batch_range["min"]
             )
             probs = torch.softmax(logits.float(), dim=1).cpu()
-    k = min(args.top_k, len(trained.classes))
+    k = args.top_k
     ok = iter(range(len(pixels)))
     for prediction in predictions:
         if prediction.error:
@@ -123,6 +129,13 @@ def load_image(path: Path) -> torch.Tensor:
             pixels = np.asarray(img, dtype=np.uint8)
     except UnidentifiedImageError:
         raise ImageError(f"{path}: not an image Pillow can read (JPEG, PNG, ...)") from None
+    except Image.DecompressionBombError as exc:
+        size = re.search(r"\((\d+) pixels\)", str(exc))
+        pixels = f"{int(size.group(1)):,} pixels" if size else "too many pixels"
+        raise ImageError(
+            f"{path}: {pixels}, over Pillow's limit of {2 * Image.MAX_IMAGE_PIXELS:,}; "
+            "refused as a possible decompression bomb (shrink it first)"
+        ) from None
     except OSError as exc:  # missing, unreadable or truncated
         raise ImageError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return torch.from_numpy(pixels.copy()).permute(2, 0, 1).contiguous()

@@ -16,8 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import yaml
 
 from flows import cli
+from flows.submit import resolve_config
+from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.test_flow import SECRETS
 
@@ -159,11 +162,23 @@ class FakeArgo:
         return 200, cron
 
 
+# What the flow reads from the environment: a developer's shell must not leak into a test.
+ENVIRONMENT = (
+    "ARGO_SERVER",
+    "ARGO_SECURE",
+    "ARGO_BASE_HREF",
+    "ARGO_HOST",
+    "ARGO_NAMESPACE",
+    "ARGO_INSECURE_SKIP_VERIFY",
+    "MLFLOW_TRACKING_URI",
+)
+
+
 @pytest.fixture
 def argo(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeArgo]:
     fake = FakeArgo()
     fake.thread.start()
-    for name in ("ARGO_HOST", "ARGO_NAMESPACE", "ARGO_INSECURE_SKIP_VERIFY", "GIT_COMMIT"):
+    for name in (*ENVIRONMENT, "GIT_COMMIT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ARGO_HOST", fake.host)
     monkeypatch.setenv("ARGO_TOKEN", TOKEN)
@@ -365,7 +380,7 @@ def test_cron_created_by_someone_else_meanwhile_is_a_409(argo: FakeArgo, capsys)
         pytest.param(
             [],
             {"ARGO_HOST": ""},
-            r"no Argo server: set cluster\.argo_host or ARGO_HOST",
+            r"no Argo server: set cluster\.argo_host, ARGO_SERVER \(host:2746\) or ARGO_HOST",
             id="no-host",
         ),
         pytest.param(
@@ -411,3 +426,86 @@ def test_namespace_from_config_or_environment(argo, monkeypatch, config, env_nam
     assert cli.main(["--config", config, *CLUSTER_READY, "--submit"]) == 0
     assert argo.requests[0]["path"] == f"/api/v1/workflows/{expected}"
     assert argo.requests[0]["body"]["workflow"]["metadata"]["namespace"] == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "overrides", "argo_host", "tracking_uri"),
+    [
+        pytest.param(
+            {"ARGO_SERVER": "localhost:2746"}, [], "https://localhost:2746", None, id="argo-server"
+        ),
+        pytest.param(
+            {"ARGO_SERVER": "argo.example:443", "ARGO_SECURE": "false"},
+            [],
+            "http://argo.example:443",
+            None,
+            id="argo-secure-false",
+        ),
+        pytest.param(
+            {"ARGO_SERVER": "argo.example", "ARGO_BASE_HREF": "/argo/"},
+            [],
+            "https://argo.example/argo",
+            None,
+            id="argo-base-href",
+        ),
+        pytest.param(
+            {"ARGO_HOST": "https://old.example:2746"},
+            [],
+            "https://old.example:2746",
+            None,
+            id="argo-host-alias",
+        ),
+        pytest.param(
+            {"ARGO_HOST": "https://old.example", "ARGO_SERVER": "new.example:2746"},
+            [],
+            "https://new.example:2746",
+            None,
+            id="argo-server-wins-over-the-alias",
+        ),
+        pytest.param(
+            {"ARGO_SERVER": "env.example:2746"},
+            ["cluster.argo_host=https://config.example"],
+            "https://config.example",
+            None,
+            id="config-wins-over-argo-server",
+        ),
+        pytest.param(
+            {"MLFLOW_TRACKING_URI": "http://mlflow.example:5000"},
+            [],
+            None,
+            "http://mlflow.example:5000",
+            id="mlflow-uri-fills-the-default-store",
+        ),
+        pytest.param(
+            {"MLFLOW_TRACKING_URI": "http://mlflow.example:5000"},
+            ["tracking.uri=http://mlflow.mlflow.svc:5000"],
+            None,
+            "http://mlflow.mlflow.svc:5000",
+            id="config-that-names-a-server-wins",
+        ),
+    ],
+)
+def test_environment_fills_what_the_config_leaves_open(
+    monkeypatch, env, overrides, argo_host, tracking_uri
+) -> None:
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    cfg = load_config(REPO_ROOT / "configs" / "smoke.yaml", overrides)
+    resolved = resolve_config(cfg, env)
+    assert resolved.cluster.argo_host == argo_host
+    assert resolved.tracking.uri == (tracking_uri or cfg.tracking.uri)
+
+
+def test_mlflow_tracking_uri_of_the_shell_reaches_the_rendered_pods(monkeypatch, capsys) -> None:
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
+    assert cli.main(["--config", SMOKE, "--render"]) == 0
+    rendered = yaml.safe_load(capsys.readouterr().out)
+    values = {
+        env["value"]
+        for template in rendered["spec"]["templates"]
+        for env in template.get("container", {}).get("env", [])
+        if env["name"] == "MLFLOW_TRACKING_URI"
+    }
+    assert values == {"http://mlflow.example:5000"}

@@ -12,7 +12,7 @@ import mlflow
 import pytest
 
 from steps.common.config import TrackingConfig, load_config
-from steps.common.tracking import TrackingError, open_run, wait_until_reachable
+from steps.common.tracking import TrackingError, open_run, run_url, wait_until_reachable
 from steps.tracking import end_pipeline_run, start_pipeline_run
 from tests.conftest import REPO_ROOT
 from tests.mlflow_server import MLflowServer
@@ -125,3 +125,19 @@ def test_unreachable_server_fails_within_the_timeout(timeout_s: float) -> None:
     with pytest.raises(TrackingError, match=rf"{uri} unreachable for {timeout_s:g} s"):
         wait_until_reachable(uri, timeout_s)
     assert timeout_s <= time.monotonic() - tic < timeout_s + 3
+
+
+@pytest.mark.parametrize(
+    ("uri", "ui_url", "expected"),
+    [
+        ("sqlite:////runs/mlflow.db", None, "http://127.0.0.1:5000/#/experiments/1/runs/abc"),
+        ("file:///runs/mlruns", None, "http://127.0.0.1:5000/#/experiments/1/runs/abc"),
+        ("http://mlflow:5000/", None, "http://mlflow:5000/#/experiments/1/runs/abc"),
+        ("http://mlflow:5000", "https://ui.example", "https://ui.example/#/experiments/1/runs/abc"),
+    ],
+    ids=["sqlite: where mlflow ui serves", "file store", "server", "ui_url"],
+)
+def test_run_url_is_a_page_a_browser_opens(monkeypatch, uri, ui_url, expected) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = TrackingConfig(uri=uri, ui_url=ui_url)
+    assert run_url(cfg, "1", "abc") == expected

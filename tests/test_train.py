@@ -292,6 +292,19 @@ def _garbage_with_matching_sidecar(model: Path) -> None:
     (model / checkpoint_key(3, "json")).write_text(json.dumps(sidecar))
 
 
+def _code_with_matching_sidecar(model: Path) -> None:  # unpickling it would run a command
+    class RunsCode:
+        def __reduce__(self):
+            return (os.system, (f"touch {model / 'code-ran'}",))
+
+    buffer = io.BytesIO()
+    torch.save({"epoch": 3, "model": RunsCode()}, buffer)
+    (model / checkpoint_key(3)).write_bytes(buffer.getvalue())
+    sidecar = json.loads((model / checkpoint_key(3, "json")).read_text())
+    sidecar["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    (model / checkpoint_key(3, "json")).write_text(json.dumps(sidecar))
+
+
 def _drop_sidecar(model: Path) -> None:  # as if the job died between the two writes
     (model / checkpoint_key(3, "json")).unlink()
 
@@ -302,6 +315,11 @@ def _drop_sidecar(model: Path) -> None:  # as if the job died between the two wr
         pytest.param(_flip_a_byte, "sha256 differs from the sidecar", id="flipped-byte"),
         pytest.param(_truncate, "sha256 differs from the sidecar", id="truncated"),
         pytest.param(_garbage_with_matching_sidecar, "does not load", id="unloadable"),
+        pytest.param(
+            _code_with_matching_sidecar,
+            "does not load: refers to posix.system, which is code, not tensors: refused",
+            id="malicious",
+        ),
         pytest.param(_drop_sidecar, None, id="unpublished"),
     ],
 )
@@ -316,6 +334,8 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(
     stderr = capsys.readouterr().err
     assert (result.start_epoch, result.epochs) == (2, 3)
     assert "resumed after epoch 2 of 3" in stderr
+    assert "weights_only" not in stderr  # never the advice to load a file unsafely
+    assert not (model / "code-ran").exists()
     if message:
         assert f"epoch-0003.pt is unusable ({message}" in stderr
         assert "falling back to the previous one" in stderr

@@ -12,7 +12,6 @@ rounding. ``variants.json`` records the contract next to the files.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from steps.common.config import StorageConfig
 from steps.common.dataset import read_manifest, read_split
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
 from steps.common.storage import open_store
+from steps.common.weights import WeightsError, load_weights, require_state_dict
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 Runner = Callable[[torch.Tensor], torch.Tensor]
@@ -80,8 +80,12 @@ def load_trained(uri: str, storage: StorageConfig, device: torch.device) -> Trai
     if not store.exists("weights.pt"):
         raise InputError(f"{store.uri('weights.pt')}: missing; the training step writes it last")
     data = store.read_bytes("weights.pt")
+    where = store.uri("weights.pt")
     try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        state = require_state_dict(load_weights(data, where), where)
+    except WeightsError as exc:
+        raise InputError(str(exc)) from None
+    try:
         model = build_model(
             meta["architecture"], int(meta["num_classes"]), int(meta.get("width", 64))
         )

@@ -27,6 +27,8 @@ from mlflow.exceptions import MlflowException
 
 from steps.common.config import TrackingConfig
 
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+
 
 class TrackingError(RuntimeError):
     """MLflow could not be reached or refused a request; the message says which and why."""
@@ -75,7 +77,11 @@ def connect(cfg: TrackingConfig) -> str:
 
 
 def run_url(cfg: TrackingConfig, experiment_id: str, run_id: str) -> str:
+    """The run's page in the MLflow UI. A store that is a file (SQLite, ./mlruns) has no
+    page of its own: the link is where ``mlflow ui --backend-store-uri <uri>`` serves it."""
     base = (cfg.ui_url or tracking_uri(cfg)).rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        base = LOCAL_UI
     return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
 
 

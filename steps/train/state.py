@@ -15,7 +15,6 @@ import hashlib
 import io
 import json
 import os
-import pickle
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import torch.distributed as dist
 
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE
 from steps.common.storage import StorageError, Store
+from steps.common.weights import WeightsError, load_weights
 
 CHECKPOINTS = "checkpoints"
 _SIDECAR = re.compile(rf"^{CHECKPOINTS}/epoch-(\d+)\.json$")
@@ -162,9 +162,9 @@ def load_checkpoint(store: Store, epoch: int) -> dict[str, Any]:
             f"sha256 differs from the sidecar's; {len(data)} bytes, truncated or damaged"
         )
     try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError, EOFError) as exc:
-        raise ValueError(f"does not load: {str(exc).splitlines()[0]}") from None
+        state = load_weights(data, checkpoint_key(epoch))
+    except WeightsError as exc:
+        raise ValueError(f"does not load: {str(exc).split(': ', 1)[1]}") from None
     if not isinstance(state, dict) or state.get("epoch") != epoch:
         raise ValueError("not a checkpoint of this trainer")
     return state

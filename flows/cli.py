@@ -27,9 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python flows/cifar.py",
         description="CIFAR-10 pipeline: run here (no mode flag), --render, or --submit.",
-        epilog="Argo server: cluster.argo_host or ARGO_HOST; token: ARGO_TOKEN; namespace: "
-        "cluster.namespace when the config names it, else ARGO_NAMESPACE; "
-        "ARGO_INSECURE_SKIP_VERIFY=true skips TLS verification.",
+        epilog="Argo server: cluster.argo_host, else ARGO_SERVER (host:port; ARGO_SECURE=false "
+        "for http) or ARGO_HOST (a URL); token: ARGO_TOKEN; namespace: cluster.namespace when "
+        "the config names it, else ARGO_NAMESPACE; ARGO_INSECURE_SKIP_VERIFY=true skips TLS "
+        "verification. MLflow: tracking.uri, else MLFLOW_TRACKING_URI.",
     )
     parser.add_argument("--config", help="config YAML (default: configs/local.yaml)")
     parser.add_argument(

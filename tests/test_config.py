@@ -122,7 +122,7 @@ def test_cli_prints_merged_config_and_exits_2_on_error() -> None:
         text=True,
     )
     assert ok.returncode == 0, ok.stderr
-    assert "epochs: 5" in ok.stdout and "source: synthetic:512" in ok.stdout
+    assert "epochs: 5" in ok.stdout and "source: synthetic:2000" in ok.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "steps.config", "--set", "train.epochs=-1"],
         cwd=REPO_ROOT,

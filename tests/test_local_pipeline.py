@@ -60,7 +60,12 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     tarball = tmp_path / "upload" / "cifar-10-python.tar.gz"
     args += ["--set", f"data.source={tarball}", "--set", "data.md5=none"]
 
-    # 1. The tarball is not there yet: staging fails, the run says which task and why.
+    # 1. The upload is not complete yet (half the tarball): staging fails, the run says which
+    # task and why. (A tarball that is not there at all is refused before anything runs.)
+    tarball.parent.mkdir()
+    write_cifar_tarball(tarball, per_batch=60, seed=3)
+    whole = tarball.read_bytes()
+    tarball.write_bytes(whole[: len(whole) // 2])
     failed = cifar(args, cwd, env)
     assert failed.returncode == 1, failed.stderr
     run_dir = only_run_dir(cwd)
@@ -68,14 +73,13 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     assert state["tasks"]["stage"]["state"] == "Failed"
     assert state["tasks"]["train"]["state"] == "Omitted"
     assert "task stage failed" in failed.stderr
-    assert "no such file" in failed.stderr  # the step's own one-line error, from its log
+    assert "truncated or not a gzip tarball" in failed.stderr  # the step's own line, from its log
     run_id = state["globals"]["workflow.outputs.parameters.mlflow-run-id"]
     assert mlflow.get_run(run_id).info.status == "FAILED"
     assert f"--resume runs/{run_dir.name}" in failed.stderr
 
-    # 2. Upload it and resume: the MLflow run is kept, staging and the rest run.
-    tarball.parent.mkdir()
-    write_cifar_tarball(tarball, per_batch=60, seed=3)
+    # 2. Finish the upload and resume: the MLflow run is kept, staging and the rest run.
+    tarball.write_bytes(whole)
     resumed = cifar(["--resume", str(run_dir)], cwd, env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     state = state_of(run_dir)

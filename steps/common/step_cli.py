@@ -137,6 +137,9 @@ def run_main(
         text = lines[0] if lines else ""
         if not type(exc).__module__.startswith("steps."):  # a crash: name its type
             text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-        print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+        # One write of the whole line: print() writes text and newline separately, and two
+        # torchrun ranks failing together then interleave on the shared stderr pipe.
+        sys.stderr.write(f"{prog}: error: {text}\n")
+        sys.stderr.flush()
         return code
     return getattr(result, "exit_code", 0)  # predict: 2 when some inputs were bad

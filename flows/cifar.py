@@ -227,12 +227,13 @@ def _define(cfg: PipelineConfig) -> None:
     )
     run_id_global = f"{{{{workflow.outputs.parameters.{RUN_ID_GLOBAL}}}}}"
     status = ["--status", "{{workflow.status}}"]
+    stopped = ["--failures", "{{workflow.failures}}"]  # `argo stop` ends the MLflow run KILLED
     _step(
         cfg,
         name=EXIT_HANDLER,
         image="train",
         module="steps.tracking",
-        args=["end", "--run-id", run_id_global, *status, *link],
+        args=["end", "--run-id", run_id_global, *status, *link, *stopped],
     )
 
     uris = {"model-uri": f"{root}/model", "optimized-uri": f"{root}/optimized"}

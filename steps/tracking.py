@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 import time
 
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     end.add_argument("--run-id", required=True)
     end.add_argument("--status", required=True, choices=sorted(ARGO_TO_MLFLOW))
     end.add_argument("--argo-url", help="the workflow's page in the Argo UI, tagged on the run")
+    end.add_argument(
+        "--failures", default="", help="{{workflow.failures}}: a stopped run ends KILLED"
+    )
     return parser
 
 
@@ -65,7 +69,8 @@ def run(args: argparse.Namespace) -> str:
         print(f"MLflow run: {started.url}", file=sys.stderr)
         result = started.run_id
     else:
-        result = end_pipeline_run(cfg, args.run_id, args.status, args.argo_url)
+        stopped = was_stopped(args.failures)
+        result = end_pipeline_run(cfg, args.run_id, args.status, args.argo_url, stopped)
         print(f"MLflow run {args.run_id}: {result} (workflow {args.status})", file=sys.stderr)
     write_outputs(args.outputs_dir, {**outputs, "summary.json": step_seconds(begun)})
     if args.command == "start":
@@ -95,11 +100,26 @@ def start_pipeline_run(
     return TrackedRun(run.info.run_id, experiment_id, joined=False, url=url)
 
 
+def was_stopped(failures: str) -> bool:
+    """Whether ``{{workflow.failures}}`` shows ``argo stop``: Argo then ends the workflow
+    Failed, its running nodes Failed with "Stopped with strategy 'Stop'"."""
+    try:
+        nodes = json.loads(failures or "null") or []
+    except ValueError:
+        return False
+    return any(str(n.get("message", "")).startswith("Stopped with strategy") for n in nodes)
+
+
 def end_pipeline_run(
-    cfg: PipelineConfig, run_id: str, argo_status: str, argo_url: str | None = None
+    cfg: PipelineConfig,
+    run_id: str,
+    argo_status: str,
+    argo_url: str | None = None,
+    stopped: bool = False,
 ) -> str:
-    """Tag the Argo outcome and link, terminate the run; return the MLflow status."""
-    status = ARGO_TO_MLFLOW[argo_status]
+    """Tag the Argo outcome and link, terminate the run; return the MLflow status
+    (KILLED for a stopped workflow, which Argo reports as Failed)."""
+    status = "KILLED" if stopped else ARGO_TO_MLFLOW[argo_status]
     connect(cfg.tracking)
     client = mlflow.MlflowClient()
     try:

@@ -376,6 +376,6 @@ def test_ctrl_c_stops_the_task_runs_the_exit_handler_and_leaves_a_resumable_run(
     pid = int((tmp_path / "pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
-    assert (tmp_path / "status").read_text().strip() == "Terminated"
+    assert (tmp_path / "status").read_text().strip() == "Failed"  # as `argo stop` ends it
     state = json.loads((tmp_path / "runs" / "interrupted" / "state.json").read_text())
     assert state["tasks"]["slow"]["state"] == "Failed"

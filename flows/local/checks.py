@@ -16,7 +16,9 @@ EXPRESSION = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 SUPPORTED_EXPRESSIONS = (
     re.compile(r"inputs\.parameters\.[\w-]+"),
     re.compile(r"tasks\.[\w-]+\.outputs\.parameters\.[\w-]+"),
-    re.compile(r"workflow\.(name|namespace|uid|status|creationTimestamp|serviceAccountName)"),
+    re.compile(
+        r"workflow\.(name|namespace|uid|status|creationTimestamp|serviceAccountName|duration|failures)"
+    ),
     re.compile(r"workflow\.(parameters|outputs\.parameters)\.[\w-]+"),
 )
 

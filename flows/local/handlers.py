@@ -4,6 +4,7 @@ its deadline or on an interrupt; tests may swap in their own ``TaskHandler``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -36,6 +37,11 @@ class SubprocessHandler:
     def __init__(self) -> None:
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
+        self._stopped = False  # set by interrupt(): a process started after it is killed
+
+    def reset(self) -> None:
+        """Allow new processes again after ``interrupt`` (the exit handler's)."""
+        self._stopped = False
 
     def run(self, spec: ProcessSpec, log: Path, tail: deque[str]) -> int:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -50,6 +56,9 @@ class SubprocessHandler:
             )
             with self._lock:
                 self._running.add(process)
+                late = self._stopped
+            if late:  # started while the run was being stopped
+                self._kill(process)
             expired = threading.Event()
 
             def on_deadline() -> None:
@@ -66,6 +75,9 @@ class SubprocessHandler:
                     sink.flush()
                     tail.append(line.decode(errors="replace").rstrip())
                 code = process.wait()
+            except BaseException:  # a signal in this (main) thread: the process goes too
+                self._kill(process)
+                raise
             finally:
                 if timer:
                     timer.cancel()
@@ -79,17 +91,43 @@ class SubprocessHandler:
 
     @staticmethod
     def _kill(process: subprocess.Popen) -> None:
-        try:
+        """SIGTERM the task's process group, SIGKILL it after 10 s, then SIGKILL every
+        descendant seen: torchrun starts each rank in a session of its own, so the group
+        alone would leave ranks behind if torchrun died before them."""
+        seen = descendants(process.pid)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            seen |= descendants(process.pid)
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            process.wait()
+        for pid in seen:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def interrupt(self) -> None:
         with self._lock:
+            self._stopped = True
             running = list(self._running)
         for process in running:
             self._kill(process)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found

@@ -49,7 +49,7 @@ class TaskRecord:
 @dataclass
 class RunResult:
     name: str
-    status: str  # Argo's workflow.status: Succeeded | Failed | Error; Terminated on Ctrl-C
+    status: str  # Argo's workflow.status: Succeeded | Failed | Error (a stopped run: Failed)
     run_dir: Path
     tasks: dict[str, TaskRecord]
     globals: dict[str, str]

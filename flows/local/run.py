@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from flows.local.runner import LocalRunner
+from flows.local.signals import as_stop
 from flows.local.view import LiveView, print_summary
 
 
@@ -23,7 +24,8 @@ def run_local(
 ) -> int:
     """Run a Hera Workflow (or its manifest) here with live progress and a summary.
 
-    Returns the exit status for the CLI: 0 succeeded, 1 failed, 130 interrupted.
+    Returns the exit status for the CLI: 0 succeeded, 1 failed, 130 / 143 / 129 stopped by
+    SIGINT / SIGTERM / SIGHUP.
     ``cfg`` is accepted for symmetry with render/submit; the manifest carries everything.
     """
     console = console or Console(stderr=True, soft_wrap=True)
@@ -38,12 +40,13 @@ def run_local(
     try:
         with view:
             result = runner.run()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        stop = as_stop(exc)
         console.print(
-            f"Interrupted. The exit handler ran; continue with: "
-            f"python flows/cifar.py --resume {runner.run_dir}"
+            f"Stopped by {stop.signal_name} (as `argo stop`: workflow Failed, the exit handler "
+            f"ran); continue with: python flows/cifar.py --resume {runner.run_dir}"
         )
-        return 130
+        return stop.exit_code
     print_summary(result, runner, console)
     if result.status != "Succeeded":
         console.print(f"Continue after a fix with: python flows/cifar.py --resume {runner.run_dir}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -31,6 +32,7 @@ from flows.local.checks import (
 from flows.local.handlers import ProcessSpec, SubprocessHandler, TaskHandler
 from flows.local.memo import MemoCache, default_cache_dir
 from flows.local.records import RunResult, TaskRecord, TaskState
+from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
 from flows.local.tasks import container_process, pytorchjob_process, read_outputs, small_files
 
 
@@ -132,27 +134,54 @@ class LocalRunner:
         return deps
 
     def run(self) -> RunResult:
-        self.save_state()
-        status = "Succeeded"
-        try:
-            status = self._run_dag()
-        except KeyboardInterrupt:
-            # Like `argo stop`: the exit handler still runs and tells MLflow (KILLED).
-            status = "Terminated"
-            for record in self.tasks.values():
-                if record.state is TaskState.RUNNING:
-                    record.state, record.message = TaskState.FAILED, "interrupted (Ctrl-C)"
-                    record.finished = time.time()
-            self.globals["workflow.status"] = status
+        """Run to the end; a stop signal (see ``flows.local.signals``) raises ``RunStopped``
+        after the exit handler ran and ``state.json`` was written."""
+        with stop_on_signals():
             self.save_state()
-            self._run_exit_handler(status)
-            raise
-        self.globals["workflow.status"] = status
-        self.save_state()
-        self._run_exit_handler(status)
+            try:
+                status = self._run_dag()
+            except KeyboardInterrupt as exc:
+                stop = as_stop(exc)
+                for record in self.tasks.values():
+                    if record.state is TaskState.RUNNING:  # its thread was stopped first
+                        record.state, record.message = TaskState.FAILED, STOP_MESSAGE
+                        record.finished = time.time()
+                self._finish("Failed", stop)
+                raise stop from None
+            self._finish(status, None)
         return RunResult(
             self.name, status, self.run_dir, self.tasks, self.globals, time.time() - self.started
         )
+
+    def _finish(self, status: str, stop: RunStopped | None) -> None:
+        """Argo's end of a workflow: its status, duration and failures, then the exit handler.
+        A second signal while the exit handler runs stops it at once."""
+        self.globals["workflow.status"] = status
+        self.globals["workflow.duration"] = f"{time.time() - self.started:.6f}"
+        self.globals["workflow.failures"] = json.dumps(
+            [
+                {"displayName": r.name, "message": r.message, "templateName": r.template,
+                 "phase": "Failed", "podName": r.name, "finishedAt": r.finished}
+                for r in self.tasks.values() if r.state is TaskState.FAILED
+            ]
+        )  # fmt: skip
+        self.save_state()
+        try:
+            self._run_exit_handler(status)
+        except KeyboardInterrupt as exc:
+            second = as_stop(exc)
+            self.stopping.set()
+            self.handler.interrupt()
+            if self.exit_task:
+                self.exit_task.state = TaskState.FAILED
+                self.exit_task.message = f"stopped at once by a second signal ({second})"
+                self.exit_task.finished = time.time()
+            self.save_state()
+            print(
+                f"{second.signal_name} while the exit handler ran: stopped it at once",
+                file=sys.stderr,
+            )
+            raise (stop or second) from None
 
     def _run_dag(self) -> str:
         by_name = {t["name"]: t for t in self.dag}
@@ -288,9 +317,16 @@ class LocalRunner:
                 break
             record.message = f"attempt {attempt + 1} exited {code}; retrying in {wait_s:g} s"
             self.on_change(self)
-            self.sleep(wait_s)
+            if self.sleep is time.sleep:
+                self.stopping.wait(wait_s)  # a stop ends the wait
+            else:
+                self.sleep(wait_s)
         record.state = TaskState.FAILED
-        record.message = f"exited with code {record.exit_code} after {record.attempts} attempt(s)"
+        record.message = (
+            STOP_MESSAGE
+            if self.stopping.is_set()
+            else f"exited with code {record.exit_code} after {record.attempts} attempt(s)"
+        )
 
     def _process(self, template: dict[str, Any], task_dir: Path) -> tuple[ProcessSpec, dict | None]:
         task_dir.mkdir(parents=True, exist_ok=True)
@@ -308,6 +344,9 @@ class LocalRunner:
         record = self.exit_task
         record.state = TaskState.RUNNING
         self.stopping.clear()
+        reset = getattr(self.handler, "reset", None)
+        if reset:  # the exit handler's process may start after a stop
+            reset()
         task = {"name": "onExit", "template": record.template}
         self.globals["workflow.status"] = status
         self._run_task(task, record)

@@ -172,3 +172,63 @@ def test_close_run_reads_a_stop_from_workflow_failures(failures: str, stopped: b
     from steps.tracking import was_stopped
 
     assert was_stopped(failures) is stopped
+
+
+@pytest.mark.slow
+def test_sigterm_during_train_of_the_smoke_pipeline(pipeline) -> None:  # noqa: F811
+    """The real pipeline: torchrun and both ranks gone, the MLflow run KILLED, resumable."""
+    from flows.local.handlers import descendants
+
+    args, env, cwd, mlflow = pipeline
+    process = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "flows" / "cifar.py"), *args],
+        cwd=cwd,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    state_file = None
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        found = list((cwd / "runs").glob("*/state.json")) if (cwd / "runs").exists() else []
+        if found:
+            state_file = found[0]
+            if len([p for p in descendants(process.pid) if _is_rank(p)]) >= 2:
+                break
+        time.sleep(0.1)
+    else:
+        pytest.fail("train never ran with 2 ranks")
+    everything = descendants(process.pid)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err[-3000:]
+    assert all(_gone(pid) for pid in everything), [p for p in everything if not _gone(p)]
+    run_dir = state_file.parent
+    state = state_of(run_dir)
+    assert state["tasks"]["train"]["state"] == "Failed"
+    assert state["tasks"]["train"]["message"] == STOPPED
+    assert state["exit_handler"]["state"] == "Succeeded"
+    run_id = state["globals"]["workflow.outputs.parameters.mlflow-run-id"]
+    assert mlflow.get_run(run_id).info.status == "KILLED"
+    assert mlflow.get_run(run_id).data.tags["argo.status"] == "Failed"
+
+    resumed = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "flows" / "cifar.py"), "--resume", str(run_dir)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert state_of(run_dir)["tasks"]["benchmark"]["state"] == "Succeeded"
+    assert mlflow.get_run(run_id).info.status == "FINISHED"
+
+
+def _is_rank(pid: int) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return b"LOCAL_RANK=" in environ and b"TORCHELASTIC_RUN_ID=" in environ

@@ -212,6 +212,7 @@ class LocalRunner:
                     if record.state is TaskState.PENDING and all(d.state.done_ok for d in deps):
                         record.state = TaskState.RUNNING
                         running[pool.submit(self._run_task, task, record)] = name
+                self.save_state()  # a task that is running shows so on disk
                 self.on_change(self)
             if not running:
                 break

@@ -23,21 +23,23 @@ SUPPORTED_EXPRESSIONS = (
 )
 
 # Per part of the manifest: fields implemented, and fields accepted with no local effect.
-SPEC_FIELDS = {"entrypoint", "templates", "arguments", "onExit"}
+SPEC_FIELDS = {
+    "entrypoint", "templates", "arguments", "onExit", "parallelism", "activeDeadlineSeconds",
+}  # fmt: skip
 SPEC_IGNORED = {
     "serviceAccountName", "ttlStrategy", "podGC", "securityContext", "podMetadata",
     "workflowMetadata", "imagePullSecrets", "nodeSelector", "tolerations", "affinity",
-    "priorityClassName", "podPriorityClassName", "parallelism", "archiveLogs",
-    "artifactRepositoryRef", "activeDeadlineSeconds", "hostNetwork", "dnsPolicy",
+    "priorityClassName", "podPriorityClassName", "archiveLogs",
+    "artifactRepositoryRef", "hostNetwork", "dnsPolicy",
     "automountServiceAccountToken", "executor", "podDisruptionBudget", "schedulerName",
 }  # fmt: skip
 TEMPLATE_FIELDS = {
     "name", "container", "dag", "resource", "inputs", "outputs", "retryStrategy",
-    "activeDeadlineSeconds", "memoize",
+    "activeDeadlineSeconds", "memoize", "parallelism",
 }  # fmt: skip
 TEMPLATE_IGNORED = {
     "metadata", "securityContext", "serviceAccountName", "nodeSelector", "tolerations",
-    "affinity", "parallelism", "failFast", "archiveLocation", "priorityClassName",
+    "affinity", "archiveLocation", "priorityClassName",
     "automountServiceAccountToken", "podSpecPatch", "schedulerName", "priority",
 }  # fmt: skip
 CONTAINER_FIELDS = {"name", "image", "imagePullPolicy", "command", "args", "env", "envFrom"}

@@ -1,6 +1,8 @@
 """Argo's memoization, locally: a template's ``memoize.key`` names a file of its outputs
 under the cache directory (one folder per ``cache.configMap``); a success is stored, and a
-later run reuses it while it is younger than ``maxAge``."""
+later run reuses it while it is younger than ``maxAge`` and while the local files its outputs
+point to (a ``file://`` URI or a path that existed when it was stored) are still there. Argo
+trusts its ConfigMap entry and would hand on the outputs of objects since deleted."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from flows.local.checks import parse_duration
 
@@ -33,8 +36,11 @@ class MemoCache:
         key = hashlib.sha256(memo["key"].encode()).hexdigest()
         return self.directory / config_map / f"{key}.json"
 
-    def get(self, template: dict[str, Any]) -> tuple[dict[str, str], Path] | None:
-        """The stored outputs and their file, while younger than ``maxAge``; else None."""
+    def get(
+        self, template: dict[str, Any], cwd: Path = Path()
+    ) -> tuple[dict[str, str], Path] | None:
+        """The stored outputs and their file, while younger than ``maxAge`` and what they
+        point to exists; else None."""
         entry = self.entry(template)
         if entry is None or not entry.is_file():
             return None
@@ -42,10 +48,28 @@ class MemoCache:
         max_age = template["memoize"].get("maxAge")
         if max_age and time.time() - stored["created"] > parse_duration(max_age):
             return None
+        if not all((cwd / target).exists() for target in stored.get("targets", [])):
+            return None  # e.g. the dataset's directory was removed: run the task again
         return stored["outputs"], entry
 
-    def put(self, template: dict[str, Any], outputs: dict[str, str]) -> None:
+    def put(self, template: dict[str, Any], outputs: dict[str, str], cwd: Path = Path()) -> None:
         entry = self.entry(template)
         if entry is not None:
+            targets = [str(t) for v in outputs.values() if (t := local_target(v, cwd))]
             entry.parent.mkdir(parents=True, exist_ok=True)
-            entry.write_text(json.dumps({"outputs": outputs, "created": time.time()}))
+            record = {"outputs": outputs, "created": time.time(), "targets": targets}
+            entry.write_text(json.dumps(record))
+
+
+def local_target(value: str, cwd: Path) -> Path | None:
+    """The local file or directory an output value names, if it names one that exists."""
+    if value.startswith("file://"):
+        path = Path(unquote(urlparse(value).path))
+    elif "/" in value and "\n" not in value and len(value) < 4096 and "://" not in value:
+        path = Path(value)
+    else:
+        return None
+    try:
+        return path if (cwd / path).exists() else None
+    except OSError:
+        return None

@@ -30,6 +30,7 @@ from flows.local.checks import (
     unsupported,
 )
 from flows.local.handlers import ProcessSpec, SubprocessHandler, TaskHandler
+from flows.local.lint import lint
 from flows.local.memo import MemoCache, default_cache_dir
 from flows.local.records import RunResult, TaskRecord, TaskState
 from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
@@ -51,7 +52,7 @@ class LocalRunner:
         on_change: Any = None,
         sleep: Any = time.sleep,
     ) -> None:
-        problems = unsupported(manifest)
+        problems = unsupported(manifest) + lint(manifest)
         if problems:
             raise UnsupportedFeature("the local runner does not implement: " + "; ".join(problems))
         self.manifest = manifest
@@ -85,6 +86,12 @@ class LocalRunner:
         if "dag" not in entry:
             raise UnsupportedFeature(f"entrypoint {spec['entrypoint']!r} is not a DAG template")
         self.dag = entry["dag"]["tasks"]
+        self.fail_fast = entry["dag"].get("failFast", True) is not False
+        limits = [int(x) for x in (spec.get("parallelism"), entry.get("parallelism")) if x]
+        self.parallelism = min(limits, default=len(self.dag) or 1)
+        deadline = spec.get("activeDeadlineSeconds")
+        self.deadline_s = float(deadline) if deadline not in (None, "") else None
+        self.deadline_passed = threading.Event()
         self.tasks = {t["name"]: TaskRecord(t["name"], t["template"]) for t in self.dag}
         exit_name = spec.get("onExit")
         self.exit_task = TaskRecord("onExit", exit_name) if exit_name else None
@@ -149,6 +156,9 @@ class LocalRunner:
                 self._finish("Failed", stop)
                 raise stop from None
             self._finish(status, None)
+            if self.exit_task and self.exit_task.state is TaskState.FAILED:
+                status = self.globals["workflow.status"] = "Failed"  # as Argo marks it
+                self.save_state()
         return RunResult(
             self.name, status, self.run_dir, self.tasks, self.globals, time.time() - self.started
         )
@@ -186,6 +196,10 @@ class LocalRunner:
     def _run_dag(self) -> str:
         by_name = {t["name"]: t for t in self.dag}
         running: dict[Future, str] = {}
+        timer = threading.Timer(self.deadline_s, self._deadline) if self.deadline_s else None
+        if timer:
+            timer.daemon = True
+            timer.start()
         with ThreadPoolExecutor(max_workers=max(len(by_name), 1)) as pool:
             try:
                 self._schedule(pool, by_name, running)
@@ -194,21 +208,32 @@ class LocalRunner:
                 self.stopping.set()
                 self.handler.interrupt()
                 raise
+            finally:
+                if timer:
+                    timer.cancel()
         for record in self.tasks.values():
             if record.state is TaskState.PENDING:
                 record.state, record.message = TaskState.OMITTED, "an upstream task failed"
         failed = any(t.state is TaskState.FAILED for t in self.tasks.values())
         return "Failed" if failed else "Succeeded"
 
+    def _deadline(self) -> None:
+        """Workflow activeDeadlineSeconds: Argo fails the running nodes and schedules none."""
+        self.deadline_passed.set()
+        self.stopping.set()
+        self.handler.interrupt()
+
     def _schedule(
         self, pool: ThreadPoolExecutor, by_name: dict[str, Any], running: dict[Future, str]
     ) -> None:
         failed = False
         while True:
-            if not failed:
+            if not failed or not self.fail_fast:  # Argo's dag.failFast, true by default
                 for name, task in by_name.items():
                     record = self.tasks[name]
                     deps = [self.tasks[d] for d in self._dependencies(task)]
+                    if len(running) >= self.parallelism:
+                        break
                     if record.state is TaskState.PENDING and all(d.state.done_ok for d in deps):
                         record.state = TaskState.RUNNING
                         running[pool.submit(self._run_task, task, record)] = name
@@ -221,6 +246,8 @@ class LocalRunner:
                 running.pop(future)
                 future.result()
             failed = any(t.state is TaskState.FAILED for t in self.tasks.values())
+            if self.deadline_passed.is_set():
+                failed, self.fail_fast = True, True
             self.save_state()
             self.on_change(self)
 
@@ -262,14 +289,14 @@ class LocalRunner:
                 {k: v for k, v in template.items() if k != "outputs"}, self._scope(inputs)
             )
             resolved["outputs"] = template.get("outputs", {})
-            hit = self.memo.get(resolved)
+            hit = self.memo.get(resolved, self.cwd)
             if hit:
                 record.outputs = hit[0]
                 record.state, record.message = TaskState.CACHED, f"memoized: reused {hit[1].name}"
             else:
                 self._execute(task["name"], resolved, record)
                 if record.state is TaskState.SUCCEEDED:  # Argo caches successes only
-                    self.memo.put(resolved, record.outputs)
+                    self.memo.put(resolved, record.outputs, self.cwd)
             for parameter in template.get("outputs", {}).get("parameters", []):
                 if parameter.get("globalName") and parameter["name"] in record.outputs:
                     self.globals[f"workflow.outputs.parameters.{parameter['globalName']}"] = (
@@ -284,18 +311,27 @@ class LocalRunner:
         task_dir = self.run_dir / "tasks" / name
         log = self.run_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        retry = template.get("retryStrategy", {})
-        limit = int(retry.get("limit", 0)) if retry else 0
+        retry = template.get("retryStrategy")
+        # Argo: no limit (``retryStrategy: {}``) retries until it succeeds; a non-zero exit
+        # is a Failure, which OnError and OnTransientError do not retry.
+        limit = 0 if retry is None else int(retry.get("limit", sys.maxsize))
+        if retry and retry.get("retryPolicy") in ("OnError", "OnTransientError"):
+            limit = 0
+        retry = retry or {}
         backoff = retry.get("backoff", {})
         delay = parse_duration(backoff.get("duration", "0"))
         factor = float(backoff.get("factor", 1) or 1)
         max_total = parse_duration(backoff["maxDuration"]) if "maxDuration" in backoff else None
         first = time.time()
-        for attempt in range(limit + 1):
+        attempt = -1
+        while attempt < limit:
+            attempt += 1
             if self.stopping.is_set():
                 raise OSError("stopped")
             record.attempts = attempt + 1
             process, document = self._process(template, task_dir)
+            for local_dir in process.path_map.values():  # e.g. /tmp of /tmp/result.txt
+                local_dir.mkdir(parents=True, exist_ok=True)
             with open(log, "a") as handle:
                 handle.write(f"--- attempt {attempt + 1}: {' '.join(process.argv)}\n")
             spawned = time.perf_counter()
@@ -324,7 +360,9 @@ class LocalRunner:
                 self.sleep(wait_s)
         record.state = TaskState.FAILED
         record.message = (
-            STOP_MESSAGE
+            "Step exceeded its deadline"
+            if self.deadline_passed.is_set()
+            else STOP_MESSAGE
             if self.stopping.is_set()
             else f"exited with code {record.exit_code} after {record.attempts} attempt(s)"
         )

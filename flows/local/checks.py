@@ -46,7 +46,8 @@ CONTAINER_FIELDS = {"name", "image", "imagePullPolicy", "command", "args", "env"
 CONTAINER_IGNORED = {"resources", "securityContext", "ports", "terminationMessagePath"}
 TASK_FIELDS = {"name", "template", "arguments", "dependencies", "depends"}
 RESOURCE_FIELDS = {
-    "action", "manifest", "successCondition", "failureCondition", "setOwnerReference",
+    "action", "manifest", "manifestFrom", "successCondition", "failureCondition",
+    "setOwnerReference",
 }  # fmt: skip
 RETRY_FIELDS = {"limit", "backoff", "retryPolicy", "affinity"}
 PARAMETER_FIELDS = {"name", "value", "default", "valueFrom", "globalName", "description", "enum"}
@@ -115,6 +116,7 @@ def unsupported(manifest: Mapping[str, Any]) -> list[str]:
 
 def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
+    inputs = template.get("inputs", {})
     kinds = [k for k in ("container", "dag", "resource") if k in template]
     if len(kinds) != 1:
         return problems  # the unknown kind (steps, script, suspend...) is reported already
@@ -142,8 +144,13 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
         problems += _extra(f"{where}.resource", resource, RESOURCE_FIELDS)
         if resource.get("action") != "create":
             problems.append(f"{where}.resource: action {resource.get('action')!r}")
-        if "kind: PyTorchJob" not in resource.get("manifest", ""):
-            problems.append(f"{where}.resource: a manifest other than a PyTorchJob")
+        text = resource.get("manifest", "")
+        if "manifestFrom" in resource:
+            name = resource["manifestFrom"].get("artifact", {}).get("name")
+            raws = {a.get("name"): a.get("raw", {}) for a in inputs.get("artifacts", [])}
+            text = raws.get(name, {}).get("data", "")
+        if not re.search(r"kind:\s*(PyTorchJob|TrainJob)\b", text):
+            problems.append(f"{where}.resource: a manifest other than a PyTorchJob or TrainJob")
     retry = template.get("retryStrategy", {})
     problems += _extra(f"{where}.retryStrategy", retry, RETRY_FIELDS)
     if "backoff" in retry:
@@ -153,8 +160,9 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
         )
     for parameter in template.get("inputs", {}).get("parameters", []):
         problems += _extra(f"{where} input {parameter.get('name')}", parameter, PARAMETER_FIELDS)
-    if template.get("inputs", {}).get("artifacts"):
-        problems.append(f"{where}: input artifacts")
+    for artifact in inputs.get("artifacts", []):  # raw ones feed resource.manifestFrom
+        if set(artifact) - {"name", "raw"} or "manifestFrom" not in template.get("resource", {}):
+            problems.append(f"{where}: input artifact {artifact.get('name')}")
     for parameter in template.get("outputs", {}).get("parameters", []):
         problems += _extra(f"{where} output {parameter.get('name')}", parameter, PARAMETER_FIELDS)
         source = set(parameter.get("valueFrom", {})) - {"path", "jsonPath", "default"}

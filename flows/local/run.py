@@ -21,6 +21,8 @@ def run_local(
     runs_dir: Path = Path("runs"),
     console: Any = None,
     cache_dir: Path | None = None,
+    workflow_templates: list[dict[str, Any]] | None = None,
+    parameters: dict[str, str] | None = None,
 ) -> int:
     """Run a Hera Workflow (or its manifest) here with live progress and a summary.
 
@@ -29,13 +31,21 @@ def run_local(
     ``cfg`` is accepted for symmetry with render/submit; the manifest carries everything.
     """
     console = console or Console(stderr=True, soft_wrap=True)
+    templates = workflow_templates or []
     view = LiveView(console)
     if resume is not None:
         runner = LocalRunner.resume(Path(resume), on_change=view, cache_dir=cache_dir)
         console.print(f"Resuming {runner.name} from {runner.run_dir}")
     else:
         manifest = workflow if isinstance(workflow, dict) else workflow.to_dict()
-        runner = LocalRunner(manifest, runs_dir, on_change=view, cache_dir=cache_dir)
+        runner = LocalRunner(
+            manifest,
+            runs_dir,
+            on_change=view,
+            cache_dir=cache_dir,
+            workflow_templates=[t if isinstance(t, dict) else t.to_dict() for t in templates],
+            parameters=parameters,
+        )
         console.print(f"Running workflow {runner.name} locally; logs in {runner.run_dir}/logs")
     try:
         with view:

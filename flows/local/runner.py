@@ -33,8 +33,10 @@ from flows.local.handlers import ProcessSpec, SubprocessHandler, TaskHandler
 from flows.local.lint import lint
 from flows.local.memo import MemoCache, default_cache_dir
 from flows.local.records import RunResult, TaskRecord, TaskState
+from flows.local.resolve import resolve
+from flows.local.resources import finished_status, resource_process
 from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
-from flows.local.tasks import container_process, pytorchjob_process, read_outputs, small_files
+from flows.local.tasks import container_process, read_outputs, small_files
 
 
 class LocalRunner:
@@ -51,7 +53,10 @@ class LocalRunner:
         env: dict[str, str] | None = None,
         on_change: Any = None,
         sleep: Any = time.sleep,
+        workflow_templates: list[dict[str, Any]] | None = None,
+        parameters: dict[str, str] | None = None,
     ) -> None:
+        manifest = resolve(manifest, workflow_templates or (), parameters)
         problems = unsupported(manifest) + lint(manifest)
         if problems:
             raise UnsupportedFeature("the local runner does not implement: " + "; ".join(problems))
@@ -340,7 +345,7 @@ class LocalRunner:
             record.exit_code = code
             if code == 0:
                 if document is not None:  # as the Training Operator reports a finished job
-                    document["status"] = {"replicaStatuses": {"Master": {"succeeded": 1}}}
+                    document["status"] = finished_status(document)
                 record.outputs = read_outputs(
                     template, process.path_map, document, self.run_dir / "artifacts" / name
                 )
@@ -372,7 +377,7 @@ class LocalRunner:
         if "container" in template:
             return container_process(template, task_dir, self.cwd, self.env), None
         if "resource" in template:
-            return pytorchjob_process(template, task_dir, self.cwd, self.env)
+            return resource_process(template, task_dir, self.cwd, self.env)
         raise UnsupportedFeature(
             f"template {template['name']}: only container and resource templates run as tasks"
         )

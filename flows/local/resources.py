@@ -1,0 +1,82 @@
+"""Resource templates as local processes: a PyTorchJob (``flows.local.tasks``) or a
+Kubeflow Trainer v2 TrainJob as one ``torchrun``, the manifest inline or from an input
+artifact's ``raw.data`` (``resource.manifestFrom.artifact``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from flows.local.checks import UnsupportedFeature
+from flows.local.handlers import ProcessSpec
+from flows.local.tasks import free_port, local_argv, processes_per_node, pytorchjob_process
+
+TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
+
+
+def manifest_text(template: Mapping[str, Any]) -> str:
+    """The resource's manifest: inline, or the raw input artifact ``manifestFrom`` names."""
+    resource = template["resource"]
+    if "manifest" in resource:
+        return resource["manifest"]
+    name = resource.get("manifestFrom", {}).get("artifact", {}).get("name")
+    for artifact in template.get("inputs", {}).get("artifacts", []):
+        if artifact.get("name") == name and "raw" in artifact:
+            return artifact["raw"]["data"]
+    raise UnsupportedFeature(f"template {template.get('name')}: no raw input artifact {name!r}")
+
+
+def resource_process(
+    template: Mapping[str, Any], task_dir: Path, cwd: Path, env: Mapping[str, str]
+) -> tuple[ProcessSpec, dict]:
+    text = manifest_text(template)
+    job = yaml.safe_load(text)
+    if job.get("kind") == "TrainJob" and job.get("apiVersion") == TRAINJOB_API:
+        return trainjob_process(job, task_dir, cwd, env)
+    inline = {**template, "resource": {**template["resource"], "manifest": text}}
+    return pytorchjob_process(inline, task_dir, cwd, env)
+
+
+def finished_status(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The status the operator reports for a job that completed (for jsonPath outputs)."""
+    if job.get("kind") == "TrainJob":
+        return {"conditions": [{"type": "Complete", "status": "True"}]}
+    return {"replicaStatuses": {"Master": {"succeeded": 1}}}
+
+
+def trainjob_process(
+    job: dict[str, Any], task_dir: Path, cwd: Path, base_env: Mapping[str, str]
+) -> tuple[ProcessSpec, dict]:
+    """All ``numNodes`` x ``numProcPerNode`` ranks as one torchrun on this node, with the
+    ``PET_*`` variables Trainer's torch plugin sets (torchrun reads them as its options).
+    A command that is not torchrun runs once per rank (``torchrun --no-python``)."""
+    trainer = job.get("spec", {}).get("trainer", {})
+    nodes = int(trainer.get("numNodes", 1))
+    nproc = processes_per_node(trainer.get("numProcPerNode"))
+    env = {**base_env}
+    for item in trainer.get("env", []):
+        if "value" not in item:
+            raise UnsupportedFeature(f"TrainJob trainer.env {item.get('name')}: valueFrom")
+        env[item["name"]] = str(item["value"])
+    env.update(
+        PET_NNODES="1",
+        PET_NPROC_PER_NODE=str(nodes * nproc),
+        PET_NODE_RANK="0",
+        PET_MASTER_ADDR="127.0.0.1",
+        PET_MASTER_PORT=str(free_port()),
+        CIFAR_OUTPUTS_DIR=str(task_dir / "outputs"),
+    )
+    argv = [*trainer.get("command", []), *trainer.get("args", [])]
+    if not argv:
+        raise UnsupportedFeature("TrainJob without trainer.command (the runtime's is not known)")
+    if PurePosixPath(argv[0]).name != "torchrun":
+        argv = ["torchrun", "--no-python", *argv]
+    job.setdefault("metadata", {}).setdefault(
+        "name",
+        job["metadata"].get("generateName", "trainjob-") + f"{int(time.time()) % 100000:05d}",
+    )
+    return ProcessSpec(local_argv(argv), env, cwd), job

@@ -14,7 +14,10 @@ and the runner's own per-task cost on no-op tasks.
    adds is wall time outside the processes on the critical path: the CLI's start, the
    runner's work around each task, the summary. Printed against each inner measure.
 2. Runs a chain of ``true`` container tasks through the same runner: wall / tasks is the
-   runner's own cost per task, with nothing else in it.
+   runner's own cost per task, with nothing else in it. First, a fan-out of ``--fanout``
+   (200) no-op tasks side by side and a ``--chain`` (50) deep chain: per task, the wall
+   time and the runner's own CPU time (its threads, not the tasks' processes); target
+   < 10 ms per task. ``--noop-only`` prints just these.
 """
 
 from __future__ import annotations
@@ -65,31 +68,61 @@ def pipeline_run(config: str, scratch: Path) -> tuple[float, dict, Path]:
     return wall, json.loads((run_dir / "state.json").read_text()), run_dir
 
 
-def noop_chain(tasks: int, scratch: Path) -> float:
+def noop_workflow(tasks: int, chained: bool) -> dict:
     with Workflow(generate_name="noop-", entrypoint="main") as workflow:
         step = Container(name="noop", image="busybox:1.36", command=["true"])
         with DAG(name="main"):
             previous = None
             for i in range(tasks):
                 task = step(name=f"t{i}")
-                if previous is not None:
+                if chained and previous is not None:
                     previous >> task
                 previous = task
-    runner = LocalRunner(workflow.to_dict(), scratch / "noop-runs", cache_dir=scratch / "memo")
-    start = time.perf_counter()
+    return workflow.to_dict()
+
+
+def noop_run(tasks: int, chained: bool, scratch: Path) -> tuple[float, float, float]:
+    """Wall seconds, the runner's own CPU seconds (all its threads, not its children) and
+    the tasks' process seconds, for ``tasks`` no-op tasks in a chain or side by side."""
+    manifest = noop_workflow(tasks, chained)
+    runs = scratch / f"noop-{'chain' if chained else 'fanout'}-{tasks}"
+    runner = LocalRunner(manifest, runs, cache_dir=scratch / "memo")
+    start, cpu = time.perf_counter(), time.process_time()
     result = runner.run()
+    wall, own_cpu = time.perf_counter() - start, time.process_time() - cpu
     assert result.status == "Succeeded"
-    return time.perf_counter() - start
+    return wall, own_cpu, sum(t.process_seconds for t in result.tasks.values())
+
+
+def noop_chain(tasks: int, scratch: Path) -> float:
+    return noop_run(tasks, True, scratch)[0]
+
+
+def print_noop(console: Console, scratch: Path, fanout: int, chain: int) -> None:
+    for label, tasks, chained in (("fan-out", fanout, False), ("chain", chain, True)):
+        wall, own_cpu, process = noop_run(tasks, chained, scratch)
+        console.print(
+            f"{label} of {tasks} no-op tasks: wall {wall:.2f} s = {wall / tasks * 1000:.1f} ms "
+            f"per task; the runner's own CPU {own_cpu / tasks * 1000:.1f} ms per task"
+            + (f"; wall minus the tasks' processes {(wall - process) / tasks * 1000:.1f} ms "
+               "per task" if chained else "")
+        )  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(REPO_ROOT / "configs" / "smoke.yaml"))
     parser.add_argument("--noop-tasks", type=int, default=20)
+    parser.add_argument("--fanout", type=int, default=200, help="no-op tasks side by side")
+    parser.add_argument("--chain", type=int, default=50, help="no-op tasks one after another")
+    parser.add_argument("--noop-only", action="store_true", help="skip the smoke pipeline")
     args = parser.parse_args()
     console = Console(soft_wrap=True)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
+        print_noop(console, scratch, args.fanout, args.chain)
+        if args.noop_only:
+            return
         wall, state, run_dir = pipeline_run(args.config, scratch)
         table = Table(title=f"smoke pipeline, {Path(args.config).name}: wall {wall:.1f} s")
         columns = ("task", "runner-seen", "process", "start-up", "work", "teardown", "runner")

@@ -242,3 +242,21 @@ def test_a_memo_hit_whose_files_are_gone_runs_the_task_again(tmp_path: Path) -> 
     _, result = run(tmp_path, manifest)
     assert result.tasks["stage"].state.value == "Succeeded"
     assert (tmp_path / "runs.log").read_text().split() == ["run", "run"]
+
+
+EXAMPLES = Path(__file__).parent / "argo_examples"
+
+
+def test_argo_example_dag_disable_fail_fast(tmp_path: Path) -> None:
+    """Argo ends it Failed: C fails after 1 + 3 attempts with exit 2, while B (30 s), D and
+    E run to the end."""
+    import yaml
+
+    manifest = yaml.safe_load((EXAMPLES / "dag-disable-failFast.yaml").read_text())
+    _, result = run(tmp_path, manifest)
+    assert result.status == "Failed"
+    assert states(result) == {
+        "A": "Succeeded", "B": "Succeeded", "C": "Failed", "D": "Succeeded", "E": "Succeeded",
+    }  # fmt: skip
+    assert (result.tasks["C"].attempts, result.tasks["C"].exit_code) == (4, 2)
+    assert result.tasks["B"].attempts == 1

@@ -260,3 +260,22 @@ def test_argo_example_dag_disable_fail_fast(tmp_path: Path) -> None:
     }  # fmt: skip
     assert (result.tasks["C"].attempts, result.tasks["C"].exit_code) == (4, 2)
     assert result.tasks["B"].attempts == 1
+
+
+def test_exit_handler_sees_duration_and_failures(tmp_path: Path) -> None:
+    report = (
+        f"echo {{{{workflow.duration}}}} > {tmp_path}/duration; "
+        f"cat > {tmp_path}/failures <<'END'\n{{{{workflow.failures}}}}\nEND\n"
+    )
+    manifest = workflow(
+        [{"name": "bad", "template": "bad"}],
+        [container("bad", "sleep 0.2; exit 4"), container("bye", report)],
+        onExit="bye",
+    )
+    _, result = run(tmp_path, manifest)
+    assert result.status == "Failed"
+    assert float((tmp_path / "duration").read_text()) >= 0.2
+    (failure,) = json.loads((tmp_path / "failures").read_text())
+    assert failure["displayName"] == "bad" and failure["phase"] == "Failed"
+    assert failure["message"] == "exited with code 4 after 1 attempt(s)"
+    assert failure["finishedAt"].endswith("Z")

@@ -172,7 +172,7 @@ class LocalRunner(TaskExecution):
         self.globals["workflow.failures"] = json.dumps(
             [
                 {"displayName": r.name, "message": r.message, "templateName": r.template,
-                 "phase": "Failed", "podName": r.name, "finishedAt": r.finished}
+                 "phase": "Failed", "podName": r.name, "finishedAt": _rfc3339(r.finished)}
                 for r in self.tasks.values() if r.state is TaskState.FAILED
             ]
         )  # fmt: skip
@@ -267,3 +267,10 @@ class LocalRunner(TaskExecution):
         self._run_task(task, record)
         self.save_state()  # the handler's own record too
         self.on_change(self)
+
+
+def _rfc3339(epoch: float | None) -> str | None:
+    """Argo's timestamps in {{workflow.failures}}: RFC 3339, UTC, seconds."""
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -32,18 +32,22 @@ from hera.workflows import (
     CronWorkflow,
     NoneArchiveStrategy,
     Parameter,
+    RawArtifact,
     Resource,
     RetryStrategy,
     Workflow,
+    WorkflowTemplate,
 )
 from hera.workflows import models as m
 
+from flows import parameters
 from flows.manifests import pytorchjob
 from flows.manifests.names import APP, annotations, label_value, labels, run_root, workflow_url
 from flows.manifests.pod import (
     DATA_VOLUME,
     ISTIO_INJECT,
     OUTPUTS_DIR,
+    STEP_SECTIONS,
     config_args,
     container_security,
     pod_env,
@@ -52,6 +56,8 @@ from flows.manifests.pod import (
 from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"
+TEMPLATE_NAME = APP  # the WorkflowTemplate every submission and schedule refers to
+ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # how argo logs finds a pod
 ENTRYPOINT = "pipeline"
 EXIT_HANDLER = "close-run"
 RUN_ID_GLOBAL = "mlflow-run-id"
@@ -78,15 +84,31 @@ def _file_output(name: str, file: str, global_name: str | None = None) -> Parame
     return Parameter(name=name, value_from=source, global_name=global_name)
 
 
-def stage_cache_key(cfg: PipelineConfig) -> str:
+def stage_cache_key(cfg: PipelineConfig, *, parameterized: bool = False) -> str:
     """Memoization key of staging: the data source and where it goes, and the version of
-    the code that stages it. Argo allows only ``[a-zA-Z0-9-]`` in a cache key."""
+    the code that stages it. Argo allows only ``[a-zA-Z0-9-]`` in a cache key; where the
+    source is a parameter, Argo hashes the value it was given."""
     d = cfg.data
-    what = "|".join(
-        [d.source, d.url, d.md5, str(d.synthetic_seed), cfg.storage.root_uri, cfg.images.tag]
-    )
+    what = [d.url, d.md5, str(d.synthetic_seed), cfg.storage.root_uri, cfg.images.tag]
+    if parameterized:
+        rest = hashlib.sha256("|".join(what).encode()).hexdigest()[:12]
+        source = "sprig.sha256sum(workflow.parameters['data-source'])"
+        return f"stage-{rest}-{{{{=sprig.trunc(16, {source})}}}}"
+    digest = hashlib.sha256("|".join([d.source, *what]).encode()).hexdigest()[:16]
     slug = label_value(d.source.split("/")[-1].lower()).replace(".", "-").replace("_", "-")
-    return f"stage-{slug[:30].strip('-')}-{hashlib.sha256(what.encode()).hexdigest()[:16]}"
+    return f"stage-{slug[:30].strip('-')}-{digest}"
+
+
+def step_settings(cfg: PipelineConfig, *, parameterized: bool) -> list[str]:
+    """The config as every step's ``--set`` arguments; parameterized, the parameters'
+    fields come from ``{{workflow.parameters.x}}`` instead of the config."""
+    if not parameterized:
+        return config_args(cfg)
+    settings = config_args(parameters.reset(cfg, STEP_SECTIONS))
+    for p in parameters.PARAMETERS:
+        if p.section in STEP_SECTIONS:
+            settings += ["--set", f"{p.field}={p.ref}"]
+    return settings
 
 
 def _step(
@@ -98,6 +120,7 @@ def _step(
     args: Sequence[str],
     inputs: Sequence[str] = (),
     outputs: Sequence[Parameter | Artifact] = (),
+    settings: Sequence[str],
     gpus: int = 0,
     **extra: Any,
 ) -> Container:
@@ -124,7 +147,7 @@ def _step(
         image=cfg.images.image(image),  # type: ignore[arg-type]
         image_pull_policy=cfg.images.pull_policy,
         command=["python", "-m", module],
-        args=[*args, *config_args(cfg)],
+        args=[*args, *settings],
         env=[item.hera() for item in pod_env(cfg)],
         resources=resources,
         security_context=m.SecurityContext.model_validate(container_security(cfg)),
@@ -142,30 +165,49 @@ def _step(
     )
 
 
-def _train_template(cfg: PipelineConfig) -> Resource:
-    """A resource template creating the PyTorchJob; the step ends with the Master replica."""
+def _train_template(cfg: PipelineConfig, settings: list[str], *, parameterized: bool) -> Resource:
+    """A resource template creating the PyTorchJob; the step ends with the Master replica.
+    Its pods carry Argo's workflow label, so ``argo logs <wf> -c pytorch`` and the UI show
+    every rank. Parameterized, the manifest is a raw input artifact (``manifestFrom``):
+    Argo substitutes the parameters into its text, integers included."""
     args = ["-m", "steps.train", "--dataset", _inp("dataset-uri"), "--output", _inp("model-uri")]
-    args += ["--mlflow-run-id", _inp("run-id"), *config_args(cfg)]
+    args += ["--mlflow-run-id", _inp("run-id"), *settings]
     job_labels = {**labels(cfg), f"{APP}/step": "train", f"{APP}/workflow": "{{workflow.name}}"}
-    job = pytorchjob.build_pytorchjob(cfg, args=args, env=pod_env(cfg), labels=job_labels)
-    manifest = yaml.safe_dump(pytorchjob.to_manifest(job), sort_keys=False)
+    job_labels[ARGO_WORKFLOW_LABEL] = "{{workflow.name}}"
+    env = pod_env(cfg)
+    inputs: list[Parameter | Artifact] = [
+        Parameter(name=n) for n in ("dataset-uri", "model-uri", "run-id")
+    ]
+    source: dict[str, Any]
+    if parameterized:
+        refs = {name: parameters.ref(name) for name in ("nodes", "gpus-per-node", "nproc-per-node")}
+        refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"
+        text = pytorchjob.parameterized_manifest(
+            cfg, args=args, env=env, labels=job_labels, refs=refs
+        )
+        inputs.append(RawArtifact(name="manifest", path="/tmp/manifest.yaml", data=text))
+        source = {"manifest_from": m.ManifestFrom(artifact=m.Artifact(name="manifest"))}
+    else:
+        job = pytorchjob.build_pytorchjob(cfg, args=args, env=env, labels=job_labels)
+        source = {"manifest": yaml.safe_dump(pytorchjob.to_manifest(job), sort_keys=False)}
     return Resource(
         name="train",
         action="create",
         set_owner_reference=True,
-        manifest=manifest,
         success_condition=SUCCESS,
         failure_condition=FAILURE,
-        inputs=[Parameter(name=n) for n in ("dataset-uri", "model-uri", "run-id")],
+        inputs=inputs,
+        **source,
         outputs=[Parameter(name="job-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
         active_deadline_seconds=cfg.cluster.active_deadline_seconds + JOB_DEADLINE_MARGIN_S,
         labels={f"{APP}/step": "train"},
     )
 
 
-def _define(cfg: PipelineConfig) -> None:
-    """The templates and the DAG, inside the active Workflow/CronWorkflow context."""
+def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
+    """The templates and the DAG, inside the active Workflow/WorkflowTemplate context."""
     root, c, out_dir = run_root(cfg), cfg.cluster, ["--outputs-dir", OUTPUTS_DIR]
+    settings = step_settings(cfg, parameterized=parameterized)
     argo_link = workflow_url(cfg, "{{workflow.namespace}}", "{{workflow.name}}")
     link = ["--argo-url", argo_link] if argo_link else []
     tags = ["--tag", "argo.workflow={{workflow.name}}", "--tag", f"{APP}.version={cfg.images.tag}"]
@@ -176,29 +218,32 @@ def _define(cfg: PipelineConfig) -> None:
         image="train",
         module="steps.tracking",
         args=["start", "--run-name", "{{workflow.name}}", *tags, *out_dir],
+        settings=settings,
         outputs=[
             _file_output("run-id", "run_id", RUN_ID_GLOBAL),
             _file_output("run-url", "run_url", RUN_URL_GLOBAL),
         ],
     )
-    source = ["--source", cfg.data.source, "--dest", cfg.storage.root_uri]
+    data_source = parameters.ref("data-source") if parameterized else cfg.data.source
+    source = ["--source", data_source, "--dest", cfg.storage.root_uri]
     stage = _step(
         cfg,
         name="stage",
         image="data",
         module="steps.stage_data",
         args=[*source, *out_dir],
+        settings=settings,
         outputs=[
             _file_output(name, name.replace("-", "_"))
             for name in ("dataset-uri", "digest", "num-train", "num-test")
         ],
         memoize=m.Memoize(
-            key=stage_cache_key(cfg),
+            key=stage_cache_key(cfg, parameterized=parameterized),
             max_age=c.stage_cache_max_age,
             cache=m.Cache(config_map=m.LocalObjectReference(name=c.cache_configmap)),
         ),
     )
-    train = _train_template(cfg)
+    train = _train_template(cfg, settings, parameterized=parameterized)
     model, data = ["--model", _inp("model-uri")], ["--dataset", _inp("dataset-uri")]
     run = ["--mlflow-run-id", _inp("run-id"), *out_dir]
     optimize = _step(
@@ -207,6 +252,7 @@ def _define(cfg: PipelineConfig) -> None:
         image="optimize",
         module="steps.optimize",
         args=[*model, *data, "--output", _inp("optimized-uri"), *run],
+        settings=settings,
         inputs=["model-uri", "dataset-uri", "optimized-uri", "run-id"],
         outputs=[_file_output("optimized", "optimized_uri")],
         gpus=c.optimize_gpus,
@@ -218,6 +264,7 @@ def _define(cfg: PipelineConfig) -> None:
         image="optimize",
         module="steps.benchmark",
         args=[*model, *optimized, *data, *output, *run],
+        settings=settings,
         inputs=["model-uri", "optimized-uri", "dataset-uri", "output-uri", "run-id"],
         outputs=[
             Artifact(name=n, path=f"{OUTPUTS_DIR}/{f}", archive=NoneArchiveStrategy())
@@ -233,6 +280,7 @@ def _define(cfg: PipelineConfig) -> None:
         image="train",
         module="steps.tracking",
         args=["end", "--run-id", run_id_global, *status, *link],
+        settings=settings,
     )
 
     uris = {"model-uri": f"{root}/model", "optimized-uri": f"{root}/optimized"}
@@ -271,17 +319,57 @@ def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:
 
 
 def build_workflow(cfg: PipelineConfig, *, git_revision: str | None = None) -> Workflow:
-    """The pipeline as a Hera Workflow (generateName ``cifar-``); pure."""
+    """The pipeline as one self-contained Workflow (generateName ``cifar-``) with the
+    config's values written in: what runs on this machine; pure."""
     with Workflow(generate_name=GENERATE_NAME, **_spec(cfg, git_revision)) as workflow:
-        _define(cfg)
+        _define(cfg, parameterized=False)
     return workflow
 
 
-def build_cron_workflow(cfg: PipelineConfig, *, git_revision: str | None = None) -> CronWorkflow:
-    """The same workflow on ``schedule.cron``; each run carries the workflow's labels."""
+def build_template(cfg: PipelineConfig, *, git_revision: str | None = None) -> WorkflowTemplate:
+    """The WorkflowTemplate ``cifar-pipeline``: templates, DAG and the parameters a run may
+    change, defaulting to this config's values; pure."""
+    spec = _spec(cfg, git_revision)
+    metadata = m.WorkflowMetadata(labels=spec["labels"], annotations=spec["annotations"])
+    arguments = [
+        Parameter(name=p.name, value=value, description=p.description)
+        for p, value in zip(parameters.PARAMETERS, parameters.defaults(cfg).values(), strict=True)
+    ]
+    with WorkflowTemplate(
+        name=TEMPLATE_NAME, arguments=arguments, workflow_metadata=metadata, **spec
+    ) as template:
+        _define(cfg, parameterized=True)
+    return template
+
+
+def _arguments(values: dict[str, str] | None) -> list[Parameter] | None:
+    return [Parameter(name=k, value=v) for k, v in (values or {}).items()] or None
+
+
+def build_submission(
+    cfg: PipelineConfig, values: dict[str, str] | None = None, *, git_revision: str | None = None
+) -> Workflow:
+    """A run of the WorkflowTemplate with the given parameter values (the rest default)."""
+    return Workflow(
+        generate_name=GENERATE_NAME,
+        namespace=cfg.cluster.namespace,
+        labels=labels(cfg),
+        annotations=annotations(cfg, git_revision),
+        workflow_template_ref=m.WorkflowTemplateRef(name=TEMPLATE_NAME),
+        arguments=_arguments(values),
+    )
+
+
+def build_cron_workflow(
+    cfg: PipelineConfig, values: dict[str, str] | None = None, *, git_revision: str | None = None
+) -> CronWorkflow:
+    """The WorkflowTemplate on ``schedule.cron``; each run carries the workflow's labels."""
     s, spec = cfg.schedule, _spec(cfg, git_revision)
-    with CronWorkflow(
+    return CronWorkflow(
         name=s.name,
+        namespace=cfg.cluster.namespace,
+        labels=spec["labels"],
+        annotations=spec["annotations"],
         schedules=[s.cron],
         timezone=s.timezone,
         concurrency_policy=s.concurrency_policy,
@@ -291,15 +379,14 @@ def build_cron_workflow(cfg: PipelineConfig, *, git_revision: str | None = None)
         workflow_metadata=m.WorkflowMetadata(
             labels=spec["labels"], annotations=spec["annotations"]
         ),
-        **spec,
-    ) as cron:
-        _define(cfg)
-    return cron
+        workflow_template_ref=m.WorkflowTemplateRef(name=TEMPLATE_NAME),
+        arguments=_arguments(values),
+    )
 
 
-def render(workflow: Workflow) -> str:
-    """The YAML ``--render`` prints (what ``--submit`` sends)."""
-    return workflow.to_yaml()
+def render(*documents: Workflow | WorkflowTemplate | CronWorkflow) -> str:
+    """The YAML ``--render`` prints (what ``--submit`` sends): one document each."""
+    return "---\n".join(doc.to_yaml() for doc in documents)
 
 
 if __name__ == "__main__":

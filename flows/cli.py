@@ -13,9 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flows import submit
-from flows.cifar import build_cron_workflow, build_workflow, render
+from flows import parameters, submit
+from flows.cifar import (
+    build_cron_workflow,
+    build_submission,
+    build_template,
+    build_workflow,
+    render,
+)
 from flows.manifests.names import FlowError
+from flows.manifests.pytorchjob import nproc_per_node
 from steps.common.config import REPO_ROOT, ConfigError, PipelineConfig, load_config
 
 
@@ -40,6 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="SECTION.FIELD=VALUE",
         help="override one config field (repeatable)",
+    )
+    parser.add_argument(
+        "-p",
+        "--parameter",
+        dest="parameters",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a workflow parameter, as argo submit -p (repeatable): "
+        + ", ".join(p.name for p in parameters.PARAMETERS),
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--render", action="store_true", help="print the Argo YAML")
@@ -122,6 +139,9 @@ def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
         )
     cfg = localize(cfg)
     check_local_source(cfg)
+    # TODO(merge): run the WorkflowTemplate through run_local(workflow, cfg,
+    # workflow_templates=[...], parameters=...) once flows/local resolves workflowTemplateRef;
+    # until then the inline workflow, with -p already applied to the config.
     code = run_local(build_workflow(cfg, git_revision=git_revision()), cfg, resume=args.resume)
     if args.resume is None:  # a resumed run's config is in its state; its run link above
         print(mlflow_hint(cfg), file=sys.stderr)
@@ -143,18 +163,27 @@ def check_local_source(cfg: PipelineConfig) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_options(args)
-    cfg = submit.resolve_config(load_config(args.config, args.overrides), os.environ)
+    values = parameters.parse(args.parameters)
+    # -p values are checked as the config fields they stand for; the template keeps the
+    # config's values as defaults, the run gets the given ones
+    base = submit.resolve_config(load_config(args.config, args.overrides), os.environ)
+    overrides = [*args.overrides, *parameters.as_overrides(values)]
+    given = submit.resolve_config(load_config(args.config, overrides), os.environ)
+    nproc_per_node(given)  # the run's processes must fit its GPUs, whatever the template's
     if not (args.render or args.submit):
-        return run_here(cfg, args)
-    build = build_cron_workflow if args.cron else build_workflow
+        return run_here(given, args)
+    revision = git_revision()
+    template = build_template(base, git_revision=revision)
+    build = build_cron_workflow if args.cron else build_submission
+    workflow = build(base, values, git_revision=revision)
     if args.render:
-        sys.stdout.write(render(build(cfg, git_revision=git_revision())))
+        sys.stdout.write(render(template, workflow))
         return 0
-    target = submit.preflight(cfg, os.environ)
-    workflow = build(cfg, git_revision=git_revision())
+    target = submit.preflight(given, os.environ)
+    submit.apply_template(template, target)
     if args.cron:
-        return submit.submit_cron(workflow, cfg, target)  # type: ignore[arg-type]
-    return submit.submit_workflow(workflow, cfg, target, wait=args.wait)
+        return submit.submit_cron(workflow, base, target)  # type: ignore[arg-type]
+    return submit.submit_workflow(workflow, base, target, wait=args.wait)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ DATA_VOLUME = "data"
 ISTIO_INJECT = "sidecar.istio.io/inject"  # = kubeflow.training.constants.ISTIO_SIDECAR_INJECTION
 
 
-def _render(value: Any) -> str:
+def render_value(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -40,7 +40,7 @@ def config_args(cfg: PipelineConfig) -> list[str]:
     defaults = PipelineConfig().model_dump(mode="json", include=set(STEP_SECTIONS))
     wanted = cfg.model_dump(mode="json", include=set(STEP_SECTIONS))
     overrides = [
-        f"{section}.{name}={_render(value)}"
+        f"{section}.{name}={render_value(value)}"
         for section in STEP_SECTIONS
         for name, value in wanted[section].items()
         if defaults[section][name] != value

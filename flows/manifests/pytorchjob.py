@@ -16,8 +16,10 @@ the master address for each pod, and torchrun reads them; the local runner sets 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import yaml
 from kubeflow.training import models as kf
 from kubeflow.training.constants import constants
 from kubernetes import client as k8s
@@ -224,3 +226,43 @@ def build_pytorchjob(
 def to_manifest(job: kf.KubeflowOrgV1PyTorchJob) -> dict[str, Any]:
     """The job as the plain data the API server takes (camelCase, no nulls)."""
     return k8s.ApiClient().sanitize_for_serialization(job)
+
+
+# Fields an Argo parameter sets at submission. The CRD types replicas and minAvailable as
+# integers, so their values go into the manifest text unquoted: a quoted "{{...}}" would
+# reach the API server as a string and be refused.
+SENTINEL = re.compile(r"'?@@([a-z-]+)@@'?")
+PLANNED_NODES = 1000  # generateName leaves room for "-worker-998"
+
+
+def parameterized_manifest(
+    cfg: PipelineConfig,
+    *,
+    args: list[str],
+    env: list[EnvSpec],
+    labels: dict[str, str],
+    refs: dict[str, str],
+) -> str:
+    """The job as YAML text whose size follows Argo parameters: ``refs`` maps ``nodes``,
+    ``workers`` (an integer expression: nodes - 1), ``gpus-per-node`` and ``nproc-per-node``
+    to the ``{{...}}`` Argo substitutes. The Worker replica is always there (0 replicas on
+    one node); GPU requests are always set (``"0"`` asks for none)."""
+    c = cfg.cluster
+    nproc_per_node(cfg)  # refuses more processes than GPUs in the config itself
+    planned = cfg.model_copy(
+        update={"cluster": c.model_copy(update={"nodes": PLANNED_NODES, "gpus_per_node": 0})}
+    )
+    job = to_manifest(build_pytorchjob(planned, args=args, env=env, labels=labels))
+    spec = job["spec"]
+    spec["pytorchReplicaSpecs"][constants.REPLICA_TYPE_WORKER]["replicas"] = "@@workers@@"
+    for replica in spec["pytorchReplicaSpecs"].values():
+        resources = replica["template"]["spec"]["containers"][0]["resources"]
+        resources["requests"][GPU] = resources["limits"][GPU] = refs["gpus-per-node"]
+    spec["nprocPerNode"] = refs["nproc-per-node"]
+    scheduling = spec["runPolicy"].get("schedulingPolicy")
+    if scheduling and c.min_available is None:  # the gang is every pod
+        scheduling["minAvailable"] = "@@nodes@@"
+    if "elasticPolicy" in spec:
+        spec["elasticPolicy"]["maxReplicas"] = "@@nodes@@"
+    text = yaml.safe_dump(job, sort_keys=False)
+    return SENTINEL.sub(lambda match: refs[match.group(1)], text)

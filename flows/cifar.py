@@ -24,7 +24,6 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
 from hera.workflows import (
     DAG,
     Artifact,
@@ -32,8 +31,6 @@ from hera.workflows import (
     CronWorkflow,
     NoneArchiveStrategy,
     Parameter,
-    RawArtifact,
-    Resource,
     RetryStrategy,
     Workflow,
     WorkflowTemplate,
@@ -41,7 +38,6 @@ from hera.workflows import (
 from hera.workflows import models as m
 
 from flows import parameters
-from flows.manifests import pytorchjob
 from flows.manifests.names import APP, annotations, label_value, labels, run_root, workflow_url
 from flows.manifests.pod import (
     DATA_VOLUME,
@@ -53,11 +49,11 @@ from flows.manifests.pod import (
     pod_env,
     pod_security,
 )
+from flows.train_step import train_template
 from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"
 TEMPLATE_NAME = APP  # the WorkflowTemplate every submission and schedule refers to
-ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # how argo logs finds a pod
 ENTRYPOINT = "pipeline"
 EXIT_HANDLER = "close-run"
 RUN_ID_GLOBAL = "mlflow-run-id"
@@ -66,9 +62,6 @@ TRACKING_DEADLINE_S = 600
 TRACKING_RESOURCES = m.ResourceRequirements(
     requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}
 )
-SUCCESS = "status.replicaStatuses.Master.succeeded > 0"
-FAILURE = "status.replicaStatuses.Master.failed > 0"
-JOB_DEADLINE_MARGIN_S = 900  # the job's own deadline fires first and says why
 
 
 def _inp(name: str) -> str:
@@ -165,45 +158,6 @@ def _step(
     )
 
 
-def _train_template(cfg: PipelineConfig, settings: list[str], *, parameterized: bool) -> Resource:
-    """A resource template creating the PyTorchJob; the step ends with the Master replica.
-    Its pods carry Argo's workflow label, so ``argo logs <wf> -c pytorch`` and the UI show
-    every rank. Parameterized, the manifest is a raw input artifact (``manifestFrom``):
-    Argo substitutes the parameters into its text, integers included."""
-    args = ["-m", "steps.train", "--dataset", _inp("dataset-uri"), "--output", _inp("model-uri")]
-    args += ["--mlflow-run-id", _inp("run-id"), *settings]
-    job_labels = {**labels(cfg), f"{APP}/step": "train", f"{APP}/workflow": "{{workflow.name}}"}
-    job_labels[ARGO_WORKFLOW_LABEL] = "{{workflow.name}}"
-    env = pod_env(cfg)
-    inputs: list[Parameter | Artifact] = [
-        Parameter(name=n) for n in ("dataset-uri", "model-uri", "run-id")
-    ]
-    source: dict[str, Any]
-    if parameterized:
-        refs = {name: parameters.ref(name) for name in ("nodes", "gpus-per-node", "nproc-per-node")}
-        refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"
-        text = pytorchjob.parameterized_manifest(
-            cfg, args=args, env=env, labels=job_labels, refs=refs
-        )
-        inputs.append(RawArtifact(name="manifest", path="/tmp/manifest.yaml", data=text))
-        source = {"manifest_from": m.ManifestFrom(artifact=m.Artifact(name="manifest"))}
-    else:
-        job = pytorchjob.build_pytorchjob(cfg, args=args, env=env, labels=job_labels)
-        source = {"manifest": yaml.safe_dump(pytorchjob.to_manifest(job), sort_keys=False)}
-    return Resource(
-        name="train",
-        action="create",
-        set_owner_reference=True,
-        success_condition=SUCCESS,
-        failure_condition=FAILURE,
-        inputs=inputs,
-        **source,
-        outputs=[Parameter(name="job-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
-        active_deadline_seconds=cfg.cluster.active_deadline_seconds + JOB_DEADLINE_MARGIN_S,
-        labels={f"{APP}/step": "train"},
-    )
-
-
 def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
     """The templates and the DAG, inside the active Workflow/WorkflowTemplate context."""
     root, c, out_dir = run_root(cfg), cfg.cluster, ["--outputs-dir", OUTPUTS_DIR]
@@ -243,7 +197,7 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
             cache=m.Cache(config_map=m.LocalObjectReference(name=c.cache_configmap)),
         ),
     )
-    train = _train_template(cfg, settings, parameterized=parameterized)
+    train = train_template(cfg, settings, parameterized=parameterized)
     model, data = ["--model", _inp("model-uri")], ["--dataset", _inp("dataset-uri")]
     run = ["--mlflow-run-id", _inp("run-id"), *out_dir]
     optimize = _step(

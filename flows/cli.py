@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from flows import parameters, submit
 from flows.cifar import (
     build_cron_workflow,
@@ -21,7 +23,8 @@ from flows.cifar import (
     build_workflow,
     render,
 )
-from flows.manifests.names import FlowError
+from flows.manifests import trainjob
+from flows.manifests.names import FlowError, labels
 from flows.manifests.pytorchjob import nproc_per_node
 from steps.common.config import REPO_ROOT, ConfigError, PipelineConfig, load_config
 
@@ -61,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--render", action="store_true", help="print the Argo YAML")
     mode.add_argument("--submit", action="store_true", help="submit to the Argo server")
+    mode.add_argument(
+        "--render-runtime",
+        action="store_true",
+        help="print the ClusterTrainingRuntime a TrainJob runs on (train.launcher=trainjob)",
+    )
     parser.add_argument("--cron", action="store_true", help="the CronWorkflow (schedule.*)")
     parser.add_argument("--wait", action="store_true", help="follow a submitted workflow")
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a local run")
@@ -69,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_options(args: argparse.Namespace) -> None:
+    if args.render_runtime and (args.cron or args.wait or args.resume):
+        raise UsageError("--render-runtime prints one manifest: drop --cron/--wait/--resume")
     if args.cron and not (args.render or args.submit):
         raise UsageError("--cron goes with --render or --submit")
     if args.wait and not args.submit:
@@ -139,6 +149,10 @@ def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
         )
     cfg = localize(cfg)
     check_local_source(cfg)
+    if cfg.train.launcher != "pytorchjob":  # the local runner is torchrun either way
+        cfg = cfg.model_copy(
+            update={"train": cfg.train.model_copy(update={"launcher": "pytorchjob"})}
+        )
     # TODO(merge): run the WorkflowTemplate through run_local(workflow, cfg,
     # workflow_templates=[...], parameters=...) once flows/local resolves workflowTemplateRef;
     # until then the inline workflow, with -p already applied to the config.
@@ -170,6 +184,10 @@ def run(args: argparse.Namespace) -> int:
     overrides = [*args.overrides, *parameters.as_overrides(values)]
     given = submit.resolve_config(load_config(args.config, overrides), os.environ)
     nproc_per_node(given)  # the run's processes must fit its GPUs, whatever the template's
+    if args.render_runtime:
+        runtime = trainjob.build_runtime(base, labels(base))
+        sys.stdout.write(yaml.safe_dump(trainjob.to_manifest(runtime), sort_keys=False))
+        return 0
     if not (args.render or args.submit):
         return run_here(given, args)
     revision = git_revision()

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from flows.cifar import ARGO_WORKFLOW_LABEL, build_template, build_workflow
+from flows.cifar import build_template, build_workflow
+from flows.train_step import ARGO_WORKFLOW_LABEL
 from steps.common.config import load_config
 from tests.test_flow import CONFIGS, argo_substitute, job_of, parameter_values, templates
 

@@ -16,7 +16,6 @@ the master address for each pod, and torchrun reads them; the local runner sets 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import yaml
@@ -25,12 +24,22 @@ from kubeflow.training.constants import constants
 from kubernetes import client as k8s
 
 from flows.manifests.names import MAX_NAME, FlowError, dns1035
-from flows.manifests.pod import DATA_VOLUME, ISTIO_INJECT, EnvSpec, container_security, pod_security
+from flows.manifests.pod import (
+    DATA_VOLUME,
+    ISTIO_INJECT,
+    EnvSpec,
+    container_security,
+    fill_sentinels,
+    pod_security,
+    sentinel,
+)
 from steps.common.config import PipelineConfig
 
 GENERATED_SUFFIX = 5  # characters the API server appends to metadata.generateName
 SHM_VOLUME = "dshm"
 GPU = "nvidia.com/gpu"
+SUCCESS = "status.replicaStatuses.Master.succeeded > 0"  # the step ends with the Master
+FAILURE = "status.replicaStatuses.Master.failed > 0"
 RESTART_POLICY = "OnFailure"  # a restarted pod resumes from the newest checkpoint
 
 
@@ -228,10 +237,6 @@ def to_manifest(job: kf.KubeflowOrgV1PyTorchJob) -> dict[str, Any]:
     return k8s.ApiClient().sanitize_for_serialization(job)
 
 
-# Fields an Argo parameter sets at submission. The CRD types replicas and minAvailable as
-# integers, so their values go into the manifest text unquoted: a quoted "{{...}}" would
-# reach the API server as a string and be refused.
-SENTINEL = re.compile(r"'?@@([a-z-]+)@@'?")
 PLANNED_NODES = 1000  # generateName leaves room for "-worker-998"
 
 
@@ -254,15 +259,15 @@ def parameterized_manifest(
     )
     job = to_manifest(build_pytorchjob(planned, args=args, env=env, labels=labels))
     spec = job["spec"]
-    spec["pytorchReplicaSpecs"][constants.REPLICA_TYPE_WORKER]["replicas"] = "@@workers@@"
+    spec["pytorchReplicaSpecs"][constants.REPLICA_TYPE_WORKER]["replicas"] = sentinel("workers")
     for replica in spec["pytorchReplicaSpecs"].values():
         resources = replica["template"]["spec"]["containers"][0]["resources"]
         resources["requests"][GPU] = resources["limits"][GPU] = refs["gpus-per-node"]
     spec["nprocPerNode"] = refs["nproc-per-node"]
     scheduling = spec["runPolicy"].get("schedulingPolicy")
     if scheduling and c.min_available is None:  # the gang is every pod
-        scheduling["minAvailable"] = "@@nodes@@"
+        scheduling["minAvailable"] = sentinel("nodes")
     if "elasticPolicy" in spec:
-        spec["elasticPolicy"]["maxReplicas"] = "@@nodes@@"
+        spec["elasticPolicy"]["maxReplicas"] = sentinel("nodes")
     text = yaml.safe_dump(job, sort_keys=False)
-    return SENTINEL.sub(lambda match: refs[match.group(1)], text)
+    return fill_sentinels(text, refs)

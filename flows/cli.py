@@ -185,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
     given = submit.resolve_config(load_config(args.config, overrides), os.environ)
     nproc_per_node(given)  # the run's processes must fit its GPUs, whatever the template's
     if args.render_runtime:
-        runtime = trainjob.build_runtime(base, labels(base))
+        applied = {k: v for k, v in labels(base).items() if k != "app.kubernetes.io/managed-by"}
+        runtime = trainjob.build_runtime(base, applied)  # applied by kustomize, not Hera
         sys.stdout.write(yaml.safe_dump(trainjob.to_manifest(runtime), sort_keys=False))
         return 0
     if not (args.render or args.submit):

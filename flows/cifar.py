@@ -58,6 +58,9 @@ ENTRYPOINT = "pipeline"
 EXIT_HANDLER = "close-run"
 RUN_ID_GLOBAL = "mlflow-run-id"
 RUN_URL_GLOBAL = "mlflow-run-url"
+# what close-run copies from the MLflow run (steps.tracking.PICTURES; not imported here:
+# rendering must not load mlflow)
+PICTURES = ("curves.png", "confusion_matrix.png", "benchmark.png")
 TRACKING_DEADLINE_S = 600
 TRACKING_RESOURCES = m.ResourceRequirements(
     requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}
@@ -233,7 +236,17 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
         name=EXIT_HANDLER,
         image="train",
         module="steps.tracking",
-        args=["end", "--run-id", run_id_global, *status, *link],
+        args=["end", "--run-id", run_id_global, *status, *link, *out_dir],
+        # the run's pictures, which the Argo UI shows; a failed run may lack some
+        outputs=[
+            Artifact(
+                name=name.removesuffix(".png").replace("_", "-"),
+                path=f"{OUTPUTS_DIR}/{name}",
+                archive=NoneArchiveStrategy(),
+                optional=True,
+            )
+            for name in PICTURES
+        ],
         settings=settings,
     )
 

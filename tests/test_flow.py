@@ -420,6 +420,9 @@ def test_rbac_grants_only_what_the_workflow_needs() -> None:
         ("kubeflow.org", "pytorchjobs"): sorted(
             ["create", "get", "list", "watch", "patch", "delete"]
         ),
+        ("trainer.kubeflow.org", "trainjobs"): sorted(
+            ["create", "get", "list", "watch", "patch", "delete"]
+        ),
         ("", "configmaps"): ["get", "patch", "update"],
     }
     cache = by_kind["ConfigMap"]

@@ -1,15 +1,23 @@
 """The CIFAR-10 pipeline, defined once with Hera; rendered, submitted, scheduled or run here.
 
-    python flows/cifar.py [--config F] [--set k=v ...]          run it on this machine
-    python flows/cifar.py --render [--cron]                      print the Argo YAML
-    python flows/cifar.py --submit [--wait]                      submit to the Argo server
-    python flows/cifar.py --cron --submit                        create/update the schedule
+    python flows/cifar.py [--config F] [--set k=v ...] [-p name=value ...]   run it here
+    python flows/cifar.py --render [--cron]           print the WorkflowTemplate and its run
+    python flows/cifar.py --submit [--wait]           create/update the template, run it
+    python flows/cifar.py --cron --submit             create/update the template and schedule
 
-DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob created by
-a resource template) -> ``optimize`` -> ``benchmark``; the exit handler ``close-run`` ends
-the MLflow run with the workflow's status. Every step gets the config as ``--set``
-arguments (``flows.manifests.pod.config_args``); outputs are small files under /tmp/outputs read
-back as output parameters; objects live under ``<storage.root_uri>/runs/<workflow name>``.
+On a cluster the pipeline is the WorkflowTemplate ``cifar-pipeline`` (``build_template``):
+the templates, the DAG, and the parameters of ``flows.parameters`` with the config's values
+as defaults; a Workflow (``build_submission``) or the CronWorkflow runs it by
+``workflowTemplateRef``. Here it is one inline Workflow with the values written in
+(``build_workflow``), which the local runner executes.
+
+DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob or a
+TrainJob created by a resource template, ``flows.train_step``) -> ``optimize`` ->
+``benchmark``; the exit handler ``close-run`` ends the MLflow run with the workflow's
+status and copies the run's pictures out as artifacts. Every step gets the config as
+``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small files under
+/tmp/outputs read back as output parameters; objects live under
+``<storage.root_uri>/runs/<workflow name>``.
 """
 
 from __future__ import annotations
@@ -21,23 +29,21 @@ if __package__ in (None, ""):  # run as a script: python flows/cifar.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import hashlib
-from collections.abc import Sequence
 from typing import Any
 
 from hera.workflows import (
     DAG,
     Artifact,
-    Container,
     CronWorkflow,
     NoneArchiveStrategy,
     Parameter,
-    RetryStrategy,
     Workflow,
     WorkflowTemplate,
 )
 from hera.workflows import models as m
 
 from flows import parameters
+from flows.container_step import container_step
 from flows.manifests.names import APP, annotations, label_value, labels, run_root, workflow_url
 from flows.manifests.pod import (
     DATA_VOLUME,
@@ -45,8 +51,6 @@ from flows.manifests.pod import (
     OUTPUTS_DIR,
     STEP_SECTIONS,
     config_args,
-    container_security,
-    pod_env,
     pod_security,
 )
 from flows.train_step import train_template
@@ -61,10 +65,6 @@ RUN_URL_GLOBAL = "mlflow-run-url"
 # what close-run copies from the MLflow run (steps.tracking.PICTURES; not imported here:
 # rendering must not load mlflow)
 PICTURES = ("curves.png", "confusion_matrix.png", "benchmark.png")
-TRACKING_DEADLINE_S = 600
-TRACKING_RESOURCES = m.ResourceRequirements(
-    requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}
-)
 
 
 def _inp(name: str) -> str:
@@ -107,60 +107,6 @@ def step_settings(cfg: PipelineConfig, *, parameterized: bool) -> list[str]:
     return settings
 
 
-def _step(
-    cfg: PipelineConfig,
-    *,
-    name: str,
-    image: str,
-    module: str,
-    args: Sequence[str],
-    inputs: Sequence[str] = (),
-    outputs: Sequence[Parameter | Artifact] = (),
-    settings: Sequence[str],
-    gpus: int = 0,
-    **extra: Any,
-) -> Container:
-    """A container template running one step's CLI (``python -m <module> <args>``) in its
-    versioned image."""
-    c = cfg.cluster
-    if name in ("create-run", EXIT_HANDLER):
-        resources, deadline = TRACKING_RESOURCES, TRACKING_DEADLINE_S
-    else:
-        requests: dict[str, Any] = {"cpu": c.step_cpu, "memory": c.step_memory}
-        limits: dict[str, Any] = {"memory": c.step_memory}
-        if gpus:
-            requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
-        resources = m.ResourceRequirements(requests=requests, limits=limits)
-        deadline = c.step_deadline_seconds
-    placement: dict[str, Any] = {}
-    if gpus:  # GPU steps go where the GPUs are; CPU steps anywhere
-        placement["node_selector"] = dict(c.node_selector) or None
-        placement["tolerations"] = [m.Toleration.model_validate(t) for t in c.tolerations] or None
-    if c.pvc:
-        placement["volume_mounts"] = [m.VolumeMount(name=DATA_VOLUME, mount_path=c.pvc_mount_path)]
-    return Container(
-        name=name,
-        image=cfg.images.image(image),  # type: ignore[arg-type]
-        image_pull_policy=cfg.images.pull_policy,
-        command=["python", "-m", module],
-        args=[*args, *settings],
-        env=[item.hera() for item in pod_env(cfg)],
-        resources=resources,
-        security_context=m.SecurityContext.model_validate(container_security(cfg)),
-        inputs=[Parameter(name=i) for i in inputs] or None,
-        outputs=list(outputs) or None,
-        retry_strategy=RetryStrategy(
-            limit=c.retry_limit,
-            retry_policy="Always",
-            backoff=m.Backoff(duration=c.retry_backoff, factor=2),
-        ),
-        active_deadline_seconds=deadline,
-        labels={f"{APP}/step": name},
-        **placement,
-        **extra,
-    )
-
-
 def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
     """The templates and the DAG, inside the active Workflow/WorkflowTemplate context."""
     root, c, out_dir = run_root(cfg), cfg.cluster, ["--outputs-dir", OUTPUTS_DIR]
@@ -169,10 +115,11 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
     link = ["--argo-url", argo_link] if argo_link else []
     tags = ["--tag", "argo.workflow={{workflow.name}}", "--tag", f"{APP}.version={cfg.images.tag}"]
     tags += ["--tag", f"argo.workflow_url={argo_link}"] if argo_link else []
-    create_run = _step(
+    create_run = container_step(
         cfg,
         name="create-run",
         image="train",
+        tracking=True,
         module="steps.tracking",
         args=["start", "--run-name", "{{workflow.name}}", *tags, *out_dir],
         settings=settings,
@@ -183,7 +130,7 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
     )
     data_source = parameters.ref("data-source") if parameterized else cfg.data.source
     source = ["--source", data_source, "--dest", cfg.storage.root_uri]
-    stage = _step(
+    stage = container_step(
         cfg,
         name="stage",
         image="data",
@@ -203,7 +150,7 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
     train = train_template(cfg, settings, parameterized=parameterized)
     model, data = ["--model", _inp("model-uri")], ["--dataset", _inp("dataset-uri")]
     run = ["--mlflow-run-id", _inp("run-id"), *out_dir]
-    optimize = _step(
+    optimize = container_step(
         cfg,
         name="optimize",
         image="optimize",
@@ -215,7 +162,7 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
         gpus=c.optimize_gpus,
     )
     optimized, output = ["--optimized", _inp("optimized-uri")], ["--output", _inp("output-uri")]
-    benchmark = _step(
+    benchmark = container_step(
         cfg,
         name="benchmark",
         image="optimize",
@@ -231,10 +178,11 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
     )
     run_id_global = f"{{{{workflow.outputs.parameters.{RUN_ID_GLOBAL}}}}}"
     status = ["--status", "{{workflow.status}}"]
-    _step(
+    container_step(
         cfg,
         name=EXIT_HANDLER,
         image="train",
+        tracking=True,
         module="steps.tracking",
         args=["end", "--run-id", run_id_global, *status, *link, *out_dir],
         # the run's pictures, which the Argo UI shows; a failed run may lack some

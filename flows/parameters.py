@@ -41,7 +41,7 @@ PARAMETERS = (
     Param("batch-size", "train.batch_size", "global batch size (split over ranks)"),
     Param("lr", "train.lr", "peak learning rate"),
     Param("target-accuracy", "train.target_accuracy", "stop at this test accuracy (null: never)"),
-    Param("nodes", "cluster.nodes", "training pods (1 Master + nodes-1 Workers)"),
+    Param("nodes", "cluster.nodes", "training pods (PyTorchJob Master + Workers, TrainJob nodes)"),
     Param("nproc-per-node", "train.nproc_per_node", "training processes per pod"),
     Param("gpus-per-node", "cluster.gpus_per_node", "nvidia.com/gpu per training pod"),
 )

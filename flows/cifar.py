@@ -1,15 +1,23 @@
 """The CIFAR-10 pipeline, defined once with Hera; rendered, submitted, scheduled or run here.
 
-    python flows/cifar.py [--config F] [--set k=v ...]          run it on this machine
-    python flows/cifar.py --render [--cron]                      print the Argo YAML
-    python flows/cifar.py --submit [--wait]                      submit to the Argo server
-    python flows/cifar.py --cron --submit                        create/update the schedule
+    python flows/cifar.py [--config F] [--set k=v ...] [-p name=value ...]   run it here
+    python flows/cifar.py --render [--cron]           print the WorkflowTemplate and its run
+    python flows/cifar.py --submit [--wait]           create/update the template, run it
+    python flows/cifar.py --cron --submit             create/update the template and schedule
 
-DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob created by
-a resource template) -> ``optimize`` -> ``benchmark``; the exit handler ``close-run`` ends
-the MLflow run with the workflow's status. Every step gets the config as ``--set``
-arguments (``flows.manifests.pod.config_args``); outputs are small files under /tmp/outputs read
-back as output parameters; objects live under ``<storage.root_uri>/runs/<workflow name>``.
+On a cluster the pipeline is the WorkflowTemplate ``cifar-pipeline`` (``build_template``):
+the templates, the DAG, and the parameters of ``flows.parameters`` with the config's values
+as defaults; a Workflow (``build_submission``) or the CronWorkflow runs it by
+``workflowTemplateRef``. Here it is one inline Workflow with the values written in
+(``build_workflow``), which the local runner executes.
+
+DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob or a
+TrainJob created by a resource template, ``flows.train_step``) -> ``optimize`` ->
+``benchmark``; the exit handler ``close-run`` ends the MLflow run with the workflow's
+status and copies the run's pictures out as artifacts. Every step gets the config as
+``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small files under
+/tmp/outputs read back as output parameters; objects live under
+``<storage.root_uri>/runs/<workflow name>``.
 """
 
 from __future__ import annotations
@@ -21,48 +29,42 @@ if __package__ in (None, ""):  # run as a script: python flows/cifar.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import hashlib
-from collections.abc import Sequence
 from typing import Any
 
-import yaml
 from hera.workflows import (
     DAG,
     Artifact,
-    Container,
     CronWorkflow,
     NoneArchiveStrategy,
     Parameter,
-    Resource,
-    RetryStrategy,
     Workflow,
+    WorkflowTemplate,
 )
 from hera.workflows import models as m
 
-from flows.manifests import pytorchjob
+from flows import parameters
+from flows.container_step import container_step
 from flows.manifests.names import APP, annotations, label_value, labels, run_root, workflow_url
 from flows.manifests.pod import (
     DATA_VOLUME,
     ISTIO_INJECT,
     OUTPUTS_DIR,
+    STEP_SECTIONS,
     config_args,
-    container_security,
-    pod_env,
     pod_security,
 )
+from flows.train_step import train_template
 from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"
+TEMPLATE_NAME = APP  # the WorkflowTemplate every submission and schedule refers to
 ENTRYPOINT = "pipeline"
 EXIT_HANDLER = "close-run"
 RUN_ID_GLOBAL = "mlflow-run-id"
 RUN_URL_GLOBAL = "mlflow-run-url"
-TRACKING_DEADLINE_S = 600
-TRACKING_RESOURCES = m.ResourceRequirements(
-    requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}
-)
-SUCCESS = "status.replicaStatuses.Master.succeeded > 0"
-FAILURE = "status.replicaStatuses.Master.failed > 0"
-JOB_DEADLINE_MARGIN_S = 900  # the job's own deadline fires first and says why
+# what close-run copies from the MLflow run (steps.tracking.PICTURES; not imported here:
+# rendering must not load mlflow)
+PICTURES = ("curves.png", "confusion_matrix.png", "benchmark.png")
 
 
 def _inp(name: str) -> str:
@@ -78,146 +80,95 @@ def _file_output(name: str, file: str, global_name: str | None = None) -> Parame
     return Parameter(name=name, value_from=source, global_name=global_name)
 
 
-def stage_cache_key(cfg: PipelineConfig) -> str:
+def stage_cache_key(cfg: PipelineConfig, *, parameterized: bool = False) -> str:
     """Memoization key of staging: the data source and where it goes, and the version of
-    the code that stages it. Argo allows only ``[a-zA-Z0-9-]`` in a cache key."""
+    the code that stages it. Argo allows only ``[a-zA-Z0-9-]`` in a cache key; where the
+    source is a parameter, Argo hashes the value it was given."""
     d = cfg.data
-    what = "|".join(
-        [d.source, d.url, d.md5, str(d.synthetic_seed), cfg.storage.root_uri, cfg.images.tag]
-    )
+    what = [d.url, d.md5, str(d.synthetic_seed), cfg.storage.root_uri, cfg.images.tag]
+    if parameterized:
+        rest = hashlib.sha256("|".join(what).encode()).hexdigest()[:12]
+        source = "sprig.sha256sum(workflow.parameters['data-source'])"
+        return f"stage-{rest}-{{{{=sprig.trunc(16, {source})}}}}"
+    digest = hashlib.sha256("|".join([d.source, *what]).encode()).hexdigest()[:16]
     slug = label_value(d.source.split("/")[-1].lower()).replace(".", "-").replace("_", "-")
-    return f"stage-{slug[:30].strip('-')}-{hashlib.sha256(what.encode()).hexdigest()[:16]}"
+    return f"stage-{slug[:30].strip('-')}-{digest}"
 
 
-def _step(
-    cfg: PipelineConfig,
-    *,
-    name: str,
-    image: str,
-    module: str,
-    args: Sequence[str],
-    inputs: Sequence[str] = (),
-    outputs: Sequence[Parameter | Artifact] = (),
-    gpus: int = 0,
-    **extra: Any,
-) -> Container:
-    """A container template running one step's CLI (``python -m <module> <args>``) in its
-    versioned image."""
-    c = cfg.cluster
-    if name in ("create-run", EXIT_HANDLER):
-        resources, deadline = TRACKING_RESOURCES, TRACKING_DEADLINE_S
-    else:
-        requests: dict[str, Any] = {"cpu": c.step_cpu, "memory": c.step_memory}
-        limits: dict[str, Any] = {"memory": c.step_memory}
-        if gpus:
-            requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
-        resources = m.ResourceRequirements(requests=requests, limits=limits)
-        deadline = c.step_deadline_seconds
-    placement: dict[str, Any] = {}
-    if gpus:  # GPU steps go where the GPUs are; CPU steps anywhere
-        placement["node_selector"] = dict(c.node_selector) or None
-        placement["tolerations"] = [m.Toleration.model_validate(t) for t in c.tolerations] or None
-    if c.pvc:
-        placement["volume_mounts"] = [m.VolumeMount(name=DATA_VOLUME, mount_path=c.pvc_mount_path)]
-    return Container(
-        name=name,
-        image=cfg.images.image(image),  # type: ignore[arg-type]
-        image_pull_policy=cfg.images.pull_policy,
-        command=["python", "-m", module],
-        args=[*args, *config_args(cfg)],
-        env=[item.hera() for item in pod_env(cfg)],
-        resources=resources,
-        security_context=m.SecurityContext.model_validate(container_security(cfg)),
-        inputs=[Parameter(name=i) for i in inputs] or None,
-        outputs=list(outputs) or None,
-        retry_strategy=RetryStrategy(
-            limit=c.retry_limit,
-            retry_policy="Always",
-            backoff=m.Backoff(duration=c.retry_backoff, factor=2),
-        ),
-        active_deadline_seconds=deadline,
-        labels={f"{APP}/step": name},
-        **placement,
-        **extra,
-    )
+def step_settings(cfg: PipelineConfig, *, parameterized: bool) -> list[str]:
+    """The config as every step's ``--set`` arguments; parameterized, the parameters'
+    fields come from ``{{workflow.parameters.x}}`` instead of the config."""
+    if not parameterized:
+        return config_args(cfg)
+    settings = config_args(parameters.reset(cfg, STEP_SECTIONS))
+    for p in parameters.PARAMETERS:
+        if p.section in STEP_SECTIONS:
+            settings += ["--set", f"{p.field}={p.ref}"]
+    return settings
 
 
-def _train_template(cfg: PipelineConfig) -> Resource:
-    """A resource template creating the PyTorchJob; the step ends with the Master replica."""
-    args = ["-m", "steps.train", "--dataset", _inp("dataset-uri"), "--output", _inp("model-uri")]
-    args += ["--mlflow-run-id", _inp("run-id"), *config_args(cfg)]
-    job_labels = {**labels(cfg), f"{APP}/step": "train", f"{APP}/workflow": "{{workflow.name}}"}
-    job = pytorchjob.build_pytorchjob(cfg, args=args, env=pod_env(cfg), labels=job_labels)
-    manifest = yaml.safe_dump(pytorchjob.to_manifest(job), sort_keys=False)
-    return Resource(
-        name="train",
-        action="create",
-        set_owner_reference=True,
-        manifest=manifest,
-        success_condition=SUCCESS,
-        failure_condition=FAILURE,
-        inputs=[Parameter(name=n) for n in ("dataset-uri", "model-uri", "run-id")],
-        outputs=[Parameter(name="job-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
-        active_deadline_seconds=cfg.cluster.active_deadline_seconds + JOB_DEADLINE_MARGIN_S,
-        labels={f"{APP}/step": "train"},
-    )
-
-
-def _define(cfg: PipelineConfig) -> None:
-    """The templates and the DAG, inside the active Workflow/CronWorkflow context."""
+def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
+    """The templates and the DAG, inside the active Workflow/WorkflowTemplate context."""
     root, c, out_dir = run_root(cfg), cfg.cluster, ["--outputs-dir", OUTPUTS_DIR]
+    settings = step_settings(cfg, parameterized=parameterized)
     argo_link = workflow_url(cfg, "{{workflow.namespace}}", "{{workflow.name}}")
     link = ["--argo-url", argo_link] if argo_link else []
     tags = ["--tag", "argo.workflow={{workflow.name}}", "--tag", f"{APP}.version={cfg.images.tag}"]
     tags += ["--tag", f"argo.workflow_url={argo_link}"] if argo_link else []
-    create_run = _step(
+    create_run = container_step(
         cfg,
         name="create-run",
         image="train",
+        tracking=True,
         module="steps.tracking",
         args=["start", "--run-name", "{{workflow.name}}", *tags, *out_dir],
+        settings=settings,
         outputs=[
             _file_output("run-id", "run_id", RUN_ID_GLOBAL),
             _file_output("run-url", "run_url", RUN_URL_GLOBAL),
         ],
     )
-    source = ["--source", cfg.data.source, "--dest", cfg.storage.root_uri]
-    stage = _step(
+    data_source = parameters.ref("data-source") if parameterized else cfg.data.source
+    source = ["--source", data_source, "--dest", cfg.storage.root_uri]
+    stage = container_step(
         cfg,
         name="stage",
         image="data",
         module="steps.stage_data",
         args=[*source, *out_dir],
+        settings=settings,
         outputs=[
             _file_output(name, name.replace("-", "_"))
             for name in ("dataset-uri", "digest", "num-train", "num-test")
         ],
         memoize=m.Memoize(
-            key=stage_cache_key(cfg),
+            key=stage_cache_key(cfg, parameterized=parameterized),
             max_age=c.stage_cache_max_age,
             cache=m.Cache(config_map=m.LocalObjectReference(name=c.cache_configmap)),
         ),
     )
-    train = _train_template(cfg)
+    train = train_template(cfg, settings, parameterized=parameterized)
     model, data = ["--model", _inp("model-uri")], ["--dataset", _inp("dataset-uri")]
     run = ["--mlflow-run-id", _inp("run-id"), *out_dir]
-    optimize = _step(
+    optimize = container_step(
         cfg,
         name="optimize",
         image="optimize",
         module="steps.optimize",
         args=[*model, *data, "--output", _inp("optimized-uri"), *run],
+        settings=settings,
         inputs=["model-uri", "dataset-uri", "optimized-uri", "run-id"],
         outputs=[_file_output("optimized", "optimized_uri")],
         gpus=c.optimize_gpus,
     )
     optimized, output = ["--optimized", _inp("optimized-uri")], ["--output", _inp("output-uri")]
-    benchmark = _step(
+    benchmark = container_step(
         cfg,
         name="benchmark",
         image="optimize",
         module="steps.benchmark",
         args=[*model, *optimized, *data, *output, *run],
+        settings=settings,
         inputs=["model-uri", "optimized-uri", "dataset-uri", "output-uri", "run-id"],
         outputs=[
             Artifact(name=n, path=f"{OUTPUTS_DIR}/{f}", archive=NoneArchiveStrategy())
@@ -228,12 +179,24 @@ def _define(cfg: PipelineConfig) -> None:
     run_id_global = f"{{{{workflow.outputs.parameters.{RUN_ID_GLOBAL}}}}}"
     status = ["--status", "{{workflow.status}}"]
     stopped = ["--failures", "{{workflow.failures}}"]  # `argo stop` ends the MLflow run KILLED
-    _step(
+    container_step(
         cfg,
         name=EXIT_HANDLER,
         image="train",
+        tracking=True,
         module="steps.tracking",
-        args=["end", "--run-id", run_id_global, *status, *link, *stopped],
+        args=["end", "--run-id", run_id_global, *status, *link, *out_dir, *stopped],
+        # the run's pictures, which the Argo UI shows; a failed run may lack some
+        outputs=[
+            Artifact(
+                name=name.removesuffix(".png").replace("_", "-"),
+                path=f"{OUTPUTS_DIR}/{name}",
+                archive=NoneArchiveStrategy(),
+                optional=True,
+            )
+            for name in PICTURES
+        ],
+        settings=settings,
     )
 
     uris = {"model-uri": f"{root}/model", "optimized-uri": f"{root}/optimized"}
@@ -272,17 +235,57 @@ def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:
 
 
 def build_workflow(cfg: PipelineConfig, *, git_revision: str | None = None) -> Workflow:
-    """The pipeline as a Hera Workflow (generateName ``cifar-``); pure."""
+    """The pipeline as one self-contained Workflow (generateName ``cifar-``) with the
+    config's values written in: what runs on this machine; pure."""
     with Workflow(generate_name=GENERATE_NAME, **_spec(cfg, git_revision)) as workflow:
-        _define(cfg)
+        _define(cfg, parameterized=False)
     return workflow
 
 
-def build_cron_workflow(cfg: PipelineConfig, *, git_revision: str | None = None) -> CronWorkflow:
-    """The same workflow on ``schedule.cron``; each run carries the workflow's labels."""
+def build_template(cfg: PipelineConfig, *, git_revision: str | None = None) -> WorkflowTemplate:
+    """The WorkflowTemplate ``cifar-pipeline``: templates, DAG and the parameters a run may
+    change, defaulting to this config's values; pure."""
+    spec = _spec(cfg, git_revision)
+    metadata = m.WorkflowMetadata(labels=spec["labels"], annotations=spec["annotations"])
+    arguments = [
+        Parameter(name=p.name, value=value, description=p.description)
+        for p, value in zip(parameters.PARAMETERS, parameters.defaults(cfg).values(), strict=True)
+    ]
+    with WorkflowTemplate(
+        name=TEMPLATE_NAME, arguments=arguments, workflow_metadata=metadata, **spec
+    ) as template:
+        _define(cfg, parameterized=True)
+    return template
+
+
+def _arguments(values: dict[str, str] | None) -> list[Parameter] | None:
+    return [Parameter(name=k, value=v) for k, v in (values or {}).items()] or None
+
+
+def build_submission(
+    cfg: PipelineConfig, values: dict[str, str] | None = None, *, git_revision: str | None = None
+) -> Workflow:
+    """A run of the WorkflowTemplate with the given parameter values (the rest default)."""
+    return Workflow(
+        generate_name=GENERATE_NAME,
+        namespace=cfg.cluster.namespace,
+        labels=labels(cfg),
+        annotations=annotations(cfg, git_revision),
+        workflow_template_ref=m.WorkflowTemplateRef(name=TEMPLATE_NAME),
+        arguments=_arguments(values),
+    )
+
+
+def build_cron_workflow(
+    cfg: PipelineConfig, values: dict[str, str] | None = None, *, git_revision: str | None = None
+) -> CronWorkflow:
+    """The WorkflowTemplate on ``schedule.cron``; each run carries the workflow's labels."""
     s, spec = cfg.schedule, _spec(cfg, git_revision)
-    with CronWorkflow(
+    return CronWorkflow(
         name=s.name,
+        namespace=cfg.cluster.namespace,
+        labels=spec["labels"],
+        annotations=spec["annotations"],
         schedules=[s.cron],
         timezone=s.timezone,
         concurrency_policy=s.concurrency_policy,
@@ -292,15 +295,14 @@ def build_cron_workflow(cfg: PipelineConfig, *, git_revision: str | None = None)
         workflow_metadata=m.WorkflowMetadata(
             labels=spec["labels"], annotations=spec["annotations"]
         ),
-        **spec,
-    ) as cron:
-        _define(cfg)
-    return cron
+        workflow_template_ref=m.WorkflowTemplateRef(name=TEMPLATE_NAME),
+        arguments=_arguments(values),
+    )
 
 
-def render(workflow: Workflow) -> str:
-    """The YAML ``--render`` prints (what ``--submit`` sends)."""
-    return workflow.to_yaml()
+def render(*documents: Workflow | WorkflowTemplate | CronWorkflow) -> str:
+    """The YAML ``--render`` prints (what ``--submit`` sends): one document each."""
+    return "---\n".join(doc.to_yaml() for doc in documents)
 
 
 if __name__ == "__main__":

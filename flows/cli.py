@@ -13,9 +13,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flows import submit
-from flows.cifar import build_cron_workflow, build_workflow, render
-from flows.manifests.names import FlowError
+import yaml
+
+from flows import parameters, submit
+from flows.cifar import (
+    build_cron_workflow,
+    build_submission,
+    build_template,
+    build_workflow,
+    render,
+)
+from flows.manifests import trainjob
+from flows.manifests.names import FlowError, labels
+from flows.manifests.pytorchjob import nproc_per_node
 from steps.common.config import REPO_ROOT, ConfigError, PipelineConfig, load_config
 
 
@@ -41,9 +51,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECTION.FIELD=VALUE",
         help="override one config field (repeatable)",
     )
+    parser.add_argument(
+        "-p",
+        "--parameter",
+        dest="parameters",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a workflow parameter, as argo submit -p (repeatable): "
+        + ", ".join(p.name for p in parameters.PARAMETERS),
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--render", action="store_true", help="print the Argo YAML")
     mode.add_argument("--submit", action="store_true", help="submit to the Argo server")
+    mode.add_argument(
+        "--render-runtime",
+        action="store_true",
+        help="print the ClusterTrainingRuntime a TrainJob runs on (train.launcher=trainjob)",
+    )
     parser.add_argument("--cron", action="store_true", help="the CronWorkflow (schedule.*)")
     parser.add_argument("--wait", action="store_true", help="follow a submitted workflow")
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a local run")
@@ -52,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_options(args: argparse.Namespace) -> None:
+    if args.render_runtime and (args.cron or args.wait or args.resume):
+        raise UsageError("--render-runtime prints one manifest: drop --cron/--wait/--resume")
     if args.cron and not (args.render or args.submit):
         raise UsageError("--cron goes with --render or --submit")
     if args.wait and not args.submit:
@@ -122,6 +149,13 @@ def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
         )
     cfg = localize(cfg)
     check_local_source(cfg)
+    if cfg.train.launcher != "pytorchjob":  # the local runner is torchrun either way
+        cfg = cfg.model_copy(
+            update={"train": cfg.train.model_copy(update={"launcher": "pytorchjob"})}
+        )
+    # TODO(merge): run the WorkflowTemplate through run_local(workflow, cfg,
+    # workflow_templates=[...], parameters=...) once flows/local resolves workflowTemplateRef;
+    # until then the inline workflow, with -p already applied to the config.
     code = run_local(build_workflow(cfg, git_revision=git_revision()), cfg, resume=args.resume)
     if args.resume is None:  # a resumed run's config is in its state; its run link above
         print(mlflow_hint(cfg), file=sys.stderr)
@@ -143,18 +177,32 @@ def check_local_source(cfg: PipelineConfig) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_options(args)
-    cfg = submit.resolve_config(load_config(args.config, args.overrides), os.environ)
-    if not (args.render or args.submit):
-        return run_here(cfg, args)
-    build = build_cron_workflow if args.cron else build_workflow
-    if args.render:
-        sys.stdout.write(render(build(cfg, git_revision=git_revision())))
+    values = parameters.parse(args.parameters)
+    # -p values are checked as the config fields they stand for; the template keeps the
+    # config's values as defaults, the run gets the given ones
+    base = submit.resolve_config(load_config(args.config, args.overrides), os.environ)
+    overrides = [*args.overrides, *parameters.as_overrides(values)]
+    given = submit.resolve_config(load_config(args.config, overrides), os.environ)
+    nproc_per_node(given)  # the run's processes must fit its GPUs, whatever the template's
+    if args.render_runtime:
+        applied = {k: v for k, v in labels(base).items() if k != "app.kubernetes.io/managed-by"}
+        runtime = trainjob.build_runtime(base, applied)  # applied by kustomize, not Hera
+        sys.stdout.write(yaml.safe_dump(trainjob.to_manifest(runtime), sort_keys=False))
         return 0
-    target = submit.preflight(cfg, os.environ)
-    workflow = build(cfg, git_revision=git_revision())
+    if not (args.render or args.submit):
+        return run_here(given, args)
+    revision = git_revision()
+    template = build_template(base, git_revision=revision)
+    build = build_cron_workflow if args.cron else build_submission
+    workflow = build(base, values, git_revision=revision)
+    if args.render:
+        sys.stdout.write(render(template, workflow))
+        return 0
+    target = submit.preflight(given, os.environ)
+    submit.apply_template(template, target)
     if args.cron:
-        return submit.submit_cron(workflow, cfg, target)  # type: ignore[arg-type]
-    return submit.submit_workflow(workflow, cfg, target, wait=args.wait)
+        return submit.submit_cron(workflow, base, target)  # type: ignore[arg-type]
+    return submit.submit_workflow(workflow, base, target, wait=args.wait)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import requests
-from hera.exceptions import HeraException, NotFound
-from hera.workflows import CronWorkflow, Workflow, WorkflowsService
+from hera.exceptions import AlreadyExists, HeraException, NotFound
+from hera.workflows import CronWorkflow, Workflow, WorkflowsService, WorkflowTemplate
 from hera.workflows.models import (
     CreateCronWorkflowRequest,
     UpdateCronWorkflowRequest,
     WorkflowCreateRequest,
+    WorkflowTemplateCreateRequest,
+    WorkflowTemplateUpdateRequest,
 )
 from pydantic import ValidationError
 
@@ -250,6 +252,63 @@ def submit_workflow(
     return 0 if phase == "Succeeded" else 1
 
 
+def _upsert(
+    get: Callable[[], Any],
+    create: Callable[[], Any],
+    update: Callable[[str], Any],
+    target: ArgoTarget,
+    what: str,
+) -> str:
+    """Create the object, or update it in place: the Argo API takes an update only with
+    the stored object's resourceVersion, so read that first. Someone else's write between
+    the read and ours is a 409; read again and try once more, then say so."""
+    for attempt in (1, 2):
+        try:
+            current = get()
+        except NotFound:
+            current = None
+        except (HeraException, requests.RequestException) as exc:
+            raise SubmitError(explain(exc, target, what)) from exc
+        try:
+            if current is None:
+                create()
+                return "created"
+            update(current.metadata.resource_version)
+            return "updated"
+        except AlreadyExists as exc:
+            if attempt == 2:
+                raise SubmitError(explain(exc, target, what)) from exc
+        except (HeraException, requests.RequestException) as exc:
+            raise SubmitError(explain(exc, target, what)) from exc
+        except (ValueError, TypeError) as exc:
+            raise SubmitError(f"argo: unexpected answer from {target.host}: {exc}") from exc
+    raise AssertionError("unreachable")
+
+
+def apply_template(
+    template: WorkflowTemplate, target: ArgoTarget, *, out: Callable[[str], None] = print
+) -> str:
+    """Create or update the WorkflowTemplate every run refers to; returns the verb."""
+    svc, ns = service(target), target.namespace
+    name = template.name or ""
+
+    def create() -> Any:
+        model = template.build()
+        request = WorkflowTemplateCreateRequest(template=model)  # type: ignore[arg-type]
+        return svc.create_workflow_template(request, namespace=ns)
+
+    def update(resource_version: str) -> Any:
+        model = template.build()
+        model.metadata.resource_version = resource_version  # type: ignore[union-attr]
+        request = WorkflowTemplateUpdateRequest(template=model)  # type: ignore[arg-type]
+        return svc.update_workflow_template(name, request, namespace=ns)
+
+    get = lambda: svc.get_workflow_template(name, namespace=ns)  # noqa: E731
+    verb = _upsert(get, create, update, target, "WorkflowTemplate")
+    out(f"WorkflowTemplate {name} {verb} in namespace {ns}")
+    return verb
+
+
 def submit_cron(
     cron: CronWorkflow,
     cfg: PipelineConfig,
@@ -257,25 +316,22 @@ def submit_cron(
     *,
     out: Callable[[str], None] = print,
 ) -> int:
-    """Create the CronWorkflow, or update it in place: the Argo API takes an update only
-    with the stored object's resourceVersion, so read that first."""
-    svc, model, ns = service(target), cron.build(), target.namespace
-    name = model.metadata.name
-    try:
-        current = svc.get_cron_workflow(name, namespace=ns)
-    except NotFound:
-        current = None
-    except (HeraException, requests.RequestException) as exc:
-        raise SubmitError(explain(exc, target, "CronWorkflow")) from exc
-    if current is None:
-        request: Any = CreateCronWorkflowRequest(cron_workflow=model)  # type: ignore[arg-type]
-        _call(lambda: svc.create_cron_workflow(request, namespace=ns), target, "CronWorkflow")
-        verb = "created"
-    else:
-        model.metadata.resource_version = current.metadata.resource_version
+    """Create the CronWorkflow, or update it in place (as the WorkflowTemplate)."""
+    svc, ns = service(target), target.namespace
+    name = cron.name or ""
+
+    def create() -> Any:
+        request = CreateCronWorkflowRequest(cron_workflow=cron.build())  # type: ignore[arg-type]
+        return svc.create_cron_workflow(request, namespace=ns)
+
+    def update(resource_version: str) -> Any:
+        model = cron.build()
+        model.metadata.resource_version = resource_version  # type: ignore[union-attr]
         request = UpdateCronWorkflowRequest(cron_workflow=model)  # type: ignore[arg-type]
-        _call(lambda: svc.update_cron_workflow(name, request, namespace=ns), target, "CronWorkflow")
-        verb = "updated"
+        return svc.update_cron_workflow(name, request, namespace=ns)
+
+    get = lambda: svc.get_cron_workflow(name, namespace=ns)  # noqa: E731
+    verb = _upsert(get, create, update, target, "CronWorkflow")
     s = cfg.schedule
     out(f"CronWorkflow {name} {verb} in namespace {ns}: '{s.cron}' ({s.timezone})")
     base = argo_ui(cfg) or target.host.rstrip("/")

@@ -2,11 +2,13 @@
 
     python -m steps.tracking start --run-name NAME [--tag K=V ...] [--outputs-dir DIR]
     python -m steps.tracking end --run-id ID --status {Succeeded,Failed,Error,...}
-                                 [--argo-url URL]
+                                 [--argo-url URL] [--outputs-dir DIR]
     (both take [--config FILE] [--set section.field=value ...] [--debug])
 
 The workflow's first task creates one run and passes its id to every step; the exit
-handler ends it with the workflow's status. The tracking URI comes from ``tracking.uri``,
+handler ends it with the workflow's status, and copies the run's pictures (the training
+curves, the confusion matrix, the benchmark plot) into its outputs directory, where Argo
+picks them up as output artifacts the UI shows. The tracking URI comes from ``tracking.uri``,
 overridden by ``MLFLOW_TRACKING_URI``.
 """
 
@@ -15,8 +17,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import mlflow
 from mlflow.exceptions import MlflowException
@@ -25,6 +30,12 @@ from steps.common.config import ConfigError, PipelineConfig, load_config, packag
 from steps.common.step_cli import add_common, exit_process, run_main, step_seconds, write_outputs
 from steps.common.tracking import TrackedRun, TrackingError, connect, run_url
 
+# output file -> the run's artifact: what the train and benchmark steps log
+PICTURES = {
+    "curves.png": "plots/curves.png",
+    "confusion_matrix.png": "plots/confusion_matrix.png",
+    "benchmark.png": "benchmark/benchmark.png",
+}
 # Argo's {{workflow.status}} -> MLflow run status; phases other than these end as KILLED.
 ARGO_TO_MLFLOW = {
     "Succeeded": "FINISHED",
@@ -72,6 +83,9 @@ def run(args: argparse.Namespace) -> str:
         stopped = was_stopped(args.failures)
         result = end_pipeline_run(cfg, args.run_id, args.status, args.argo_url, stopped)
         print(f"MLflow run {args.run_id}: {result} (workflow {args.status})", file=sys.stderr)
+        if args.outputs_dir is not None:
+            copied = copy_pictures(args.run_id, args.outputs_dir)
+            print(f"pictures: {', '.join(copied) or 'none logged'}", file=sys.stderr)
     write_outputs(args.outputs_dir, {**outputs, "summary.json": step_seconds(begun)})
     if args.command == "start":
         print(result)
@@ -131,6 +145,28 @@ def end_pipeline_run(
     except MlflowException as exc:
         raise TrackingError(f"cannot end run {run_id}: {exc.message}") from None
     return status
+
+
+def copy_pictures(run_id: str, directory: Path) -> list[str]:
+    """The run's pictures that exist (a failed workflow may have none) into ``directory``;
+    the run is already ended, so a picture that cannot be read is skipped, not an error."""
+    client = mlflow.MlflowClient()
+    directory.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for name, artifact in PICTURES.items():
+        folder, _, _ = artifact.rpartition("/")
+        try:
+            present = {a.path for a in client.list_artifacts(run_id, folder)}
+            if artifact not in present:
+                continue
+            with tempfile.TemporaryDirectory(prefix="pictures-") as tmp:
+                local = client.download_artifacts(run_id, artifact, tmp)
+                shutil.copyfile(local, directory / name)
+        except (MlflowException, OSError) as exc:
+            print(f"warning: {artifact} of run {run_id} not copied: {exc}", file=sys.stderr)
+            continue
+        copied.append(name)
+    return copied
 
 
 def _parse_tags(items: list[str]) -> dict[str, str]:

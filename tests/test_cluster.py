@@ -1,5 +1,7 @@
 """configs/cluster: the kustomize bases render and pass strict Kubernetes validation, remote
-bases are pinned, images are versioned, and every Secret is only referenced, never filled."""
+bases are pinned, images are versioned, every Secret is only referenced, never filled, the
+Training Operator gang-schedules with Volcano, and the Trainer v2 runtime is what the flow
+renders."""
 
 from __future__ import annotations
 
@@ -15,10 +17,13 @@ import pytest
 import yaml
 
 from steps.common.config import package_version
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, SHARED
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"
-LOCAL_BASES = ["pipeline", "minio", "mlflow"]
+LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
+OPTIONAL_BASES = {"trainer"}  # applied after the top level, for train.launcher=trainjob
+CRD_KINDS = {"ClusterTrainingRuntime"}  # checked against Trainer's CRD, not core schemas
+VALIDATOR = SHARED / "tools" / "validate_manifests.py"
 K8S_VERSION = "1.33.0"
 
 
@@ -68,6 +73,8 @@ def test_local_base_renders_and_passes_strict_validation(base: str) -> None:
 
 def test_every_written_manifest_passes_strict_validation() -> None:
     for doc in all_manifests():
+        if doc["kind"] in CRD_KINDS:
+            continue  # test_the_trainer_runtime_is_what_the_flow_renders
         if (
             doc["kind"] == "ConfigMap"
             and doc["metadata"]["name"] == "workflow-controller-configmap"
@@ -85,7 +92,7 @@ def test_every_written_manifest_passes_strict_validation() -> None:
 def test_top_level_kustomization_names_every_base() -> None:
     top = yaml.safe_load((CLUSTER / "kustomization.yaml").read_text())
     bases = sorted(p.parent.name for p in CLUSTER.glob("*/kustomization.yaml"))
-    assert sorted(top["resources"]) == bases
+    assert sorted([*top["resources"], *OPTIONAL_BASES]) == bases
     for path in CLUSTER.rglob("kustomization.yaml"):
         spec = yaml.safe_load(path.read_text())
         for resource in spec.get("resources", []):
@@ -104,6 +111,8 @@ def test_top_level_kustomization_names_every_base() -> None:
             "training-operator",
             r"kubeflow/trainer\.git/manifests/overlays/standalone\?ref=v1\.9\.4$",
         ),
+        ("volcano", r"volcano-sh/volcano/v1\.14\.4/installer/volcano-development\.yaml$"),
+        ("trainer", r"kubeflow/trainer\.git/manifests/overlays/manager\?ref=v2\.3\.0$"),
     ],
 )
 def test_remote_bases_are_pinned_releases(base: str, pinned: str) -> None:
@@ -156,3 +165,53 @@ def test_secrets_are_referenced_never_filled_and_their_shapes_documented() -> No
     for name in set(referenced) | {"cifar-s3"}:
         assert f"create secret generic {name}" in e2e, name
         assert f"create secret generic {name}" in readme, name
+
+
+def test_the_training_operator_gang_schedules_with_volcano() -> None:
+    spec = yaml.safe_load((CLUSTER / "training-operator" / "kustomization.yaml").read_text())
+    (patch,) = spec["patches"]
+    assert patch["target"] == {"kind": "Deployment", "name": "training-operator"}
+    (op,) = yaml.safe_load(patch["patch"])
+    assert op["path"] == "/spec/template/spec/containers/0/args"
+    assert op["value"] == ["--gang-scheduler-name=volcano"]
+    kind = yaml.safe_load((REPO_ROOT / "configs" / "kind.yaml").read_text())
+    assert kind["cluster"]["scheduler_name"] == "volcano"  # the e2e run uses the gang
+
+
+def test_the_trainer_runtime_is_what_the_flow_renders(capsys) -> None:
+    from flows import cli
+
+    assert cli.main(["--config", str(REPO_ROOT / "configs" / "kind.yaml"), "--render-runtime"]) == 0
+    rendered = capsys.readouterr().out
+    written = (CLUSTER / "trainer" / "runtime.yaml").read_text()
+    assert yaml.safe_load(written) == yaml.safe_load(rendered), (
+        "configs/cluster/trainer/runtime.yaml is stale: python flows/cifar.py --config "
+        "configs/kind.yaml --render-runtime > configs/cluster/trainer/runtime.yaml"
+    )
+    runtime = yaml.safe_load(written)
+    assert runtime["spec"]["podGroupPolicy"] == {"volcano": {}}
+    if VALIDATOR.is_file():
+        done = subprocess.run(
+            [sys.executable, str(VALIDATOR), str(CLUSTER / "trainer" / "runtime.yaml")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_s3_endpoint_is_seaweedfs_everywhere() -> None:
+    service = "seaweedfs.seaweedfs.svc:8333"
+    for path in ("cluster.yaml", "kind.yaml"):
+        cfg = yaml.safe_load((REPO_ROOT / "configs" / path).read_text())
+        assert cfg["storage"]["endpoint_url"] == f"http://{service}", path
+    docs = render("seaweedfs")
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    (svc,) = [d for d in docs if d["kind"] == "Service"]
+    assert (svc["metadata"]["name"], svc["metadata"]["namespace"]) == ("seaweedfs", "seaweedfs")
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]}["s3"] == 8333
+    pod = deploy["spec"]["template"]["spec"]
+    assert "-s3.config=/config/s3.json" in pod["containers"][0]["args"]
+    assert pod["initContainers"][0]["envFrom"] == [{"secretRef": {"name": "seaweedfs-credentials"}}]
+    text = "\n".join(p.read_text() for p in CLUSTER.rglob("*.yaml"))
+    assert "minio" not in text.lower()

@@ -1,5 +1,6 @@
-"""The pipeline's Workflow and CronWorkflow: DAG, data flow, images, secrets, security,
-golden renders per config, the strict schema check, the local runner's view, and RBAC.
+"""The pipeline's WorkflowTemplate, the Workflow and CronWorkflow that run it, and the
+inline Workflow a local run executes: DAG, data flow, images, secrets, security, golden
+renders per config, the strict schema check, the local runner's view, and RBAC.
 
 Golden files: ``UPDATE_GOLDEN=1 pytest tests/test_flow.py tests/test_pytorchjob.py`` rewrites
 tests/golden/ from the current code; review the diff before committing it.
@@ -18,7 +19,13 @@ import pytest
 import yaml
 
 from flows import cli
-from flows.cifar import build_cron_workflow, build_workflow, stage_cache_key
+from flows.cifar import (
+    build_cron_workflow,
+    build_submission,
+    build_template,
+    build_workflow,
+    stage_cache_key,
+)
 from flows.manifests.names import FlowError
 from flows.manifests.pod import config_args
 from steps.common.config import ConfigError, load_config, package_version
@@ -52,9 +59,13 @@ def check_golden(name: str, data: dict[str, Any], text: str | None = None) -> No
     assert data == yaml.safe_load(path.read_text()), f"{path.name} differs (UPDATE_GOLDEN=1)"
 
 
-def manifest(cfg_path: Path, *overrides: str, cron: bool = False) -> dict[str, Any]:
+FORMS = ["inline", "template"]
+
+
+def manifest(cfg_path: Path, *overrides: str, form: str = "inline") -> dict[str, Any]:
+    """The inline Workflow (a local run) or the WorkflowTemplate (a cluster run)."""
     cfg = load_config(cfg_path, list(overrides))
-    return (build_cron_workflow(cfg) if cron else build_workflow(cfg)).to_dict()
+    return (build_template(cfg) if form == "template" else build_workflow(cfg)).to_dict()
 
 
 def templates(wf: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -62,8 +73,34 @@ def templates(wf: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["name"]: t for t in spec["templates"]}
 
 
-def job_of(wf: dict[str, Any]) -> dict[str, Any]:
-    return yaml.safe_load(templates(wf)["train"]["resource"]["manifest"])
+PARAMETER = re.compile(r"\{\{workflow\.parameters\.([a-z-]+)\}\}")
+WORKERS = "{{=asInt(workflow.parameters.nodes) - 1}}"
+
+
+def argo_substitute(text: str, values: dict[str, str]) -> str:
+    """What Argo does to the template's text with these parameter values, for the forms
+    the pipeline uses; any other expression fails the test."""
+    text = text.replace(WORKERS, str(int(values["nodes"]) - 1))
+    text = PARAMETER.sub(lambda match: values[match.group(1)], text)
+    assert "{{workflow.parameters" not in text and "asInt(" not in text, text
+    return text
+
+
+def parameter_values(wf: dict[str, Any], **given: str) -> dict[str, str]:
+    values = {p["name"]: p["value"] for p in wf["spec"]["arguments"]["parameters"]}
+    return {**values, **given}
+
+
+def job_of(wf: dict[str, Any], **given: str) -> dict[str, Any]:
+    """The training job, as the API server gets it: a WorkflowTemplate's manifest is its
+    raw input artifact with the parameters (defaults, or ``given``) substituted."""
+    train = templates(wf)["train"]
+    if "manifest" in train["resource"]:
+        return yaml.safe_load(train["resource"]["manifest"])
+    assert train["resource"]["manifestFrom"] == {"artifact": {"name": "manifest"}}
+    (artifact,) = train["inputs"]["artifacts"]
+    text = argo_substitute(artifact["raw"]["data"], parameter_values(wf, **given))
+    return yaml.safe_load(text)
 
 
 def pods(wf: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None, dict[str, Any]]]:
@@ -79,9 +116,14 @@ def pods(wf: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None, dict[str,
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_golden_renders(path: Path) -> None:
     cfg = load_config(path)
-    workflow, cron = build_workflow(cfg), build_cron_workflow(cfg)
-    check_golden(f"{path.stem}-workflow", workflow.to_dict(), workflow.to_yaml())
-    check_golden(f"{path.stem}-cronworkflow", cron.to_dict(), cron.to_yaml())
+    docs = {
+        "workflowtemplate": build_template(cfg),
+        "workflow": build_submission(cfg),
+        "cronworkflow": build_cron_workflow(cfg),
+        "inline-workflow": build_workflow(cfg),
+    }
+    for kind, doc in docs.items():
+        check_golden(f"{path.stem}-{kind}", doc.to_dict(), doc.to_yaml())
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -152,8 +194,9 @@ def test_latest_tag_is_refused() -> None:
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> None:
-    train = templates(manifest(path))["train"]
+@pytest.mark.parametrize("form", FORMS)
+def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path, form: str) -> None:
+    train = templates(manifest(path, form=form))["train"]
     resource = train["resource"]
     assert (resource["action"], resource["setOwnerReference"]) == ("create", True)
     assert resource["successCondition"] == "status.replicaStatuses.Master.succeeded > 0"
@@ -161,7 +204,7 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> 
     assert train["outputs"]["parameters"] == [
         {"name": "job-name", "valueFrom": {"jsonPath": "{.metadata.name}"}}
     ]
-    job = job_of(manifest(path))
+    job = job_of(manifest(path, form=form))
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["torchrun"]
@@ -179,8 +222,9 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 @pytest.mark.parametrize("rdma", [False, True], ids=["tcp", "rdma"])
-def test_every_pod_runs_as_non_root_without_capabilities(path: Path, rdma: bool) -> None:
-    wf = manifest(path, f"cluster.rdma={rdma}")
+@pytest.mark.parametrize("form", FORMS)
+def test_every_pod_runs_as_non_root_without_capabilities(path: Path, rdma: bool, form: str) -> None:
+    wf = manifest(path, f"cluster.rdma={rdma}", form=form)
     found = pods(wf)
     assert len(found) == 5 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"])
     for where, pod_ctx, container in found:
@@ -199,6 +243,7 @@ def test_secrets_only_by_reference(path: Path, monkeypatch: pytest.MonkeyPatch, 
     assert cli.main(["--config", str(path), "--render"]) == 0
     text = capsys.readouterr().out
     assert not [v for v in SECRETS.values() if v in text]
+    text = yaml.safe_dump(next(yaml.safe_load_all(text)))  # the WorkflowTemplate
     c = load_config(path).cluster
     wanted = {"AWS_ACCESS_KEY_ID": c.s3_secret, "AWS_SECRET_ACCESS_KEY": c.s3_secret}
     wanted = wanted if "s3://" in text else {}  # S3 keys only where some URI is s3://
@@ -268,16 +313,18 @@ def test_stage_cache_key_follows_source_and_version(override: str, changes: bool
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-def test_cron_workflow_runs_the_same_spec_on_schedule(path: Path) -> None:
+def test_cron_workflow_runs_the_template_on_schedule(path: Path) -> None:
     cfg = load_config(path)
-    cron, wf = manifest(path, cron=True), manifest(path)
+    cron, template = build_cron_workflow(cfg).to_dict(), build_template(cfg).to_dict()
     spec = cron["spec"]
-    workflow_spec = spec.pop("workflowSpec")
-    assert workflow_spec.pop("workflowMetadata") == {  # labels of each scheduled run
-        "labels": wf["metadata"]["labels"],
-        "annotations": wf["metadata"]["annotations"],
+    assert spec.pop("workflowSpec") == {
+        "workflowTemplateRef": {"name": "cifar-pipeline"},
+        "workflowMetadata": template["spec"]["workflowMetadata"],  # labels of each run
     }
-    assert workflow_spec == wf["spec"]
+    assert template["spec"]["workflowMetadata"] == {
+        "labels": template["metadata"]["labels"],
+        "annotations": template["metadata"]["annotations"],
+    }
     s = cfg.schedule
     assert spec == {
         "schedules": [s.cron],
@@ -290,27 +337,18 @@ def test_cron_workflow_runs_the_same_spec_on_schedule(path: Path) -> None:
     assert cron["metadata"]["name"] == s.name
 
 
-@pytest.mark.skipif(not VALIDATOR.is_file(), reason="../shared (the schema validator) is absent")
-def test_every_render_passes_the_strict_schema_check(tmp_path: Path) -> None:
-    files = []
-    for path in CONFIGS:
-        for cron in (False, True):
-            cfg = load_config(path)
-            doc = build_cron_workflow(cfg) if cron else build_workflow(cfg)
-            files.append(tmp_path / f"{path.stem}-{'cron' if cron else 'wf'}.yaml")
-            files[-1].write_text(doc.to_yaml())
-    variant = load_config(
-        REPO_ROOT / "configs" / "cluster.yaml",
-        [
-            "cluster.nodes=4",
-            "cluster.elastic_min_nodes=2",
-            "cluster.rdma=true",
-            "cluster.pvc=cifar-data",
-            "storage.root_uri=file:///mnt/cifar/artifacts",
-        ],
-    )
-    files.append(tmp_path / "variant.yaml")
-    files[-1].write_text(build_workflow(variant).to_yaml())
+VARIANT = [
+    "cluster.nodes=4",
+    "cluster.elastic_min_nodes=2",
+    "cluster.rdma=true",
+    "cluster.pvc=cifar-data",
+    "cluster.scheduler_name=volcano",
+    "cluster.queue=training",
+    "storage.root_uri=file:///mnt/cifar/artifacts",
+]
+
+
+def validate(files: list[Path]) -> str:
     done = subprocess.run(
         [sys.executable, str(VALIDATOR), *map(str, files)],
         capture_output=True,
@@ -318,7 +356,33 @@ def test_every_render_passes_the_strict_schema_check(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().endswith(f"{len(files) * 2} documents checked, 0 problems")
+    return done.stdout.strip()
+
+
+@pytest.mark.skipif(not VALIDATOR.is_file(), reason="../shared (the schema validator) is absent")
+def test_every_render_passes_the_strict_schema_check(tmp_path: Path) -> None:
+    """Every document --render prints, and the job each template creates with its default
+    parameters and with others (the validator cannot see inside a raw artifact)."""
+    files: list[Path] = []
+    configs = [(p.stem, load_config(p)) for p in CONFIGS]
+    configs.append(("variant", load_config(REPO_ROOT / "configs" / "cluster.yaml", VARIANT)))
+    for name, cfg in configs:
+        for cron in (False, True):
+            files.append(tmp_path / f"{name}-{'cron' if cron else 'wf'}.yaml")
+            docs = [
+                build_template(cfg),
+                build_cron_workflow(cfg) if cron else build_submission(cfg),
+            ]
+            files[-1].write_text("---\n".join(d.to_yaml() for d in docs))
+        files.append(tmp_path / f"{name}-inline.yaml")
+        files[-1].write_text(build_workflow(cfg).to_yaml())
+        template = build_template(cfg).to_dict()
+        for given in ({}, {"nodes": "3", "gpus-per-node": "2", "nproc-per-node": "2"}):
+            files.append(tmp_path / f"{name}-job-{len(given)}.yaml")
+            files[-1].write_text(yaml.safe_dump(job_of(template, **given)))
+    documents = sum(len(list(yaml.safe_load_all(f.read_text()))) for f in files)
+    documents += len(configs)  # each inline workflow's embedded PyTorchJob, checked too
+    assert validate(files).endswith(f"{documents} documents checked, 0 problems")
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -354,6 +418,9 @@ def test_rbac_grants_only_what_the_workflow_needs() -> None:
     assert rules == {
         ("argoproj.io", "workflowtaskresults"): ["create", "patch"],
         ("kubeflow.org", "pytorchjobs"): sorted(
+            ["create", "get", "list", "watch", "patch", "delete"]
+        ),
+        ("trainer.kubeflow.org", "trainjobs"): sorted(
             ["create", "get", "list", "watch", "patch", "delete"]
         ),
         ("", "configmaps"): ["get", "patch", "update"],

@@ -28,7 +28,13 @@ def test_render_as_a_script_from_the_repo_root() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert yaml.safe_load(done.stdout)["kind"] == "CronWorkflow"
+    template, cron = yaml.safe_load_all(done.stdout)
+    assert (template["kind"], template["metadata"]["name"]) == (
+        "WorkflowTemplate",
+        "cifar-pipeline",
+    )
+    assert cron["kind"] == "CronWorkflow"
+    assert cron["spec"]["workflowSpec"]["workflowTemplateRef"] == {"name": "cifar-pipeline"}
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,13 @@
 """Submission through Hera's WorkflowsService to a small Argo Server on 127.0.0.1.
 
-``FakeArgo`` speaks the routes ``flows.submit`` calls (create/get Workflow, get/create/
-update CronWorkflow), answers with Argo's JSON error bodies, checks the bearer token and
-the resourceVersion of an update, and records every request. No real cluster is used.
+``FakeArgo`` speaks the routes ``flows.submit`` calls, with the paths and bodies of Argo's
+``pkg/apiclient`` protos: create/get Workflow (``POST /api/v1/workflows/{ns}`` with
+``{"workflow"}``), get/create/update CronWorkflow and WorkflowTemplate (``POST
+/api/v1/workflow-templates/{ns}`` with ``{"template"}``, ``PUT .../{name}`` with the stored
+``resourceVersion``, else 409). A Workflow with a ``workflowTemplateRef`` is refused, as the
+server does, when the template is missing or a parameter is not one it declares. It
+answers with Argo's JSON error bodies, checks the bearer token, and records every request.
+No real cluster is used.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ CLUSTER_READY = [
 ]
 # Hera 7.1 serialises requests with pydantic's deprecated .json(); not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:The `json` method is deprecated")
-ROUTE = re.compile(r"/api/v1/(workflows|cron-workflows)/([^/?]+)(?:/([^/?]+))?")
+ROUTE = re.compile(r"/api/v1/(workflows|cron-workflows|workflow-templates)/([^/?]+)(?:/([^/?]+))?")
+BODY_KEY = {"cron-workflows": "cronWorkflow", "workflow-templates": "template"}
+RESOURCE = {"cron-workflows": "cronworkflows", "workflow-templates": "workflowtemplates"}
 
 
 class FakeArgo:
@@ -45,8 +52,13 @@ class FakeArgo:
         self.requests: list[dict[str, Any]] = []
         self.phases = ["Running", "Running", "Succeeded"]
         self.message = ""
-        self.crons: dict[str, dict[str, Any]] = {}
-        self.reject: tuple[int, str] | None = None  # next create answers this
+        self.stored: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in BODY_KEY}
+        self.crons = self.stored["cron-workflows"]
+        self.templates = self.stored["workflow-templates"]
+        self.reject: tuple[int, str] | None = None  # the next create of reject_kind answers this
+        self.reject_kind = "workflows"
+        # per route: our next writes that lose to someone else's write just before them
+        self.races: dict[str, int] = {k: 0 for k in BODY_KEY}
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.host = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.server.daemon_threads = True  # keep-alive connections must not delay close
@@ -106,18 +118,21 @@ class FakeArgo:
             )
         if namespace == "missing":
             return self.error(404, 5, 'namespaces "missing" not found')
-        if method == "POST" and self.reject:
+        if method == "POST" and self.reject and kind == self.reject_kind:
             (code, message), self.reject = self.reject, None
             return self.error(code, 3 if code == 400 else 6, message)
         if kind == "workflows":
             return self.workflow(method, namespace, name, body)
-        return self.cron(method, namespace, name, body)
+        return self.upsert(kind, method, name, body)
 
     def workflow(
         self, method: str, namespace: str, name: str | None, body: Any
     ) -> tuple[int, dict]:
         if method == "POST":
             wf = body["workflow"]
+            refused = self.check_reference(wf)
+            if refused:
+                return refused
             wf["metadata"].update(name=wf["metadata"]["generateName"] + "x7k2p", uid="u-1")
             self.created = wf
             return 200, wf
@@ -135,31 +150,59 @@ class FakeArgo:
             status["message"] = self.message
         return 200, {**self.created, "status": status}
 
-    def cron(self, method: str, namespace: str, name: str | None, body: Any) -> tuple[int, dict]:
+    def check_reference(self, wf: dict[str, Any]) -> tuple[int, dict] | None:
+        """What the server checks of a Workflow run from a WorkflowTemplate."""
+        ref = wf["spec"].get("workflowTemplateRef")
+        if ref is None:
+            return None
+        template = self.templates.get(ref["name"])
+        if template is None:
+            return self.error(400, 3, f'workflowtemplates.argoproj.io "{ref["name"]}" not found')
+        declared = {p["name"] for p in template["spec"]["arguments"]["parameters"]}
+        for p in wf["spec"].get("arguments", {}).get("parameters", []):
+            if p["name"] not in declared:
+                return self.error(400, 3, f"spec.arguments.{p['name']}.value is required")
+        return None
+
+    def _stale(self) -> tuple[int, dict]:
+        return self.error(
+            409,
+            10,
+            "the object has been modified; please apply your changes to the latest "
+            "version and try again",
+        )
+
+    def _race(self, kind: str, name: str, obj: dict[str, Any]) -> None:
+        """Someone else writes the object between our read and our write."""
+        self.races[kind] -= 1
+        other = json.loads(json.dumps(obj))
+        old = self.stored[kind].get(name, {}).get("metadata", {}).get("resourceVersion", "0")
+        other["metadata"]["resourceVersion"] = str(int(old) + 1)
+        self.stored[kind][name] = other
+
+    def upsert(self, kind: str, method: str, name: str | None, body: Any) -> tuple[int, dict]:
+        objects = self.stored[kind]
         if method == "GET":
-            if name not in self.crons:
-                return self.error(404, 5, f'cronworkflows.argoproj.io "{name}" not found')
-            return 200, self.crons[name]
-        cron = body["cronWorkflow"]
-        meta = cron["metadata"]
+            if name not in objects:
+                return self.error(404, 5, f'{RESOURCE[kind]}.argoproj.io "{name}" not found')
+            return 200, objects[name]
+        obj = body[BODY_KEY[kind]]
+        meta = obj["metadata"]
+        if self.races[kind]:
+            self._race(kind, meta["name"], obj)
         if method == "POST":
-            if meta["name"] in self.crons:
+            if meta["name"] in objects:
                 return self.error(
-                    409, 6, f'cronworkflows.argoproj.io "{meta["name"]}" already exists'
+                    409, 6, f'{RESOURCE[kind]}.argoproj.io "{meta["name"]}" already exists'
                 )
             meta["resourceVersion"] = "1"
         else:
-            stored = self.crons[name]["metadata"]["resourceVersion"]
+            stored = objects[name]["metadata"]["resourceVersion"]
             if meta.get("resourceVersion") != stored:
-                return self.error(
-                    409,
-                    10,
-                    "the object has been modified; please apply your "
-                    "changes to the latest version and try again",
-                )
+                return self._stale()
             meta["resourceVersion"] = str(int(stored) + 1)
-        self.crons[meta["name"]] = cron
-        return 200, cron
+        objects[meta["name"]] = obj
+        return 200, obj
 
 
 # What the flow reads from the environment: a developer's shell must not leak into a test.
@@ -198,20 +241,32 @@ def test_submit_sends_the_workflow_and_prints_the_links(
         if name != "ARGO_TOKEN":
             monkeypatch.setenv(name, value)
     assert submit() == 0
-    (request,) = argo.requests
-    assert (request["method"], request["path"]) == ("POST", "/api/v1/workflows/argo")
-    assert request["auth"] == f"Bearer {TOKEN}"
-    wf = request["body"]["workflow"]
+    assert [(r["method"], r["path"]) for r in argo.requests] == [
+        ("GET", "/api/v1/workflow-templates/argo/cifar-pipeline"),
+        ("POST", "/api/v1/workflow-templates/argo"),
+        ("POST", "/api/v1/workflows/argo"),
+    ]
+    assert {r["auth"] for r in argo.requests} == {f"Bearer {TOKEN}"}
+    template = argo.requests[1]["body"]["template"]
+    assert (template["kind"], template["metadata"]["name"]) == (
+        "WorkflowTemplate",
+        "cifar-pipeline",
+    )
+    assert template["spec"]["entrypoint"] == "pipeline"
+    assert template["spec"]["onExit"] == "close-run"
+    wf = argo.requests[2]["body"]["workflow"]
     assert (wf["kind"], wf["metadata"]["generateName"], wf["metadata"]["namespace"]) == (
         "Workflow",
         "cifar-",
         "argo",
     )
-    assert wf["spec"]["entrypoint"] == "pipeline" and wf["spec"]["onExit"] == "close-run"
-    payload = json.dumps(request["body"])
-    assert TOKEN not in payload and not [v for v in SECRETS.values() if v in payload]
+    assert wf["spec"] == {"workflowTemplateRef": {"name": "cifar-pipeline"}}
+    for request in argo.requests:
+        payload = json.dumps(request["body"])
+        assert TOKEN not in payload and not [v for v in SECRETS.values() if v in payload]
     out = capsys.readouterr().out.splitlines()
     assert out == [
+        "WorkflowTemplate cifar-pipeline created in namespace argo",
         "Workflow cifar-x7k2p submitted to namespace argo",
         f"Argo UI: {argo.host}/workflows/argo/cifar-x7k2p",
         "MLflow: http://mlflow.mlflow:5000 (experiment cifar-pipeline, run cifar-x7k2p)",
@@ -240,7 +295,7 @@ def test_wait_follows_the_phase_to_the_end(argo: FakeArgo, capsys, phases, messa
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == last
     assert "MLflow run: http://mlflow/#/experiments/1/runs/abc" in out
-    gets = [r for r in argo.requests if r["method"] == "GET"]
+    gets = [r for r in argo.requests if r["method"] == "GET" and "/workflows/" in r["path"]]
     assert {r["path"] for r in gets} == {"/api/v1/workflows/argo/cifar-x7k2p"}
     assert len(gets) == len(phases)
 
@@ -266,7 +321,7 @@ def test_wait_follows_the_phase_to_the_end(argo: FakeArgo, capsys, phases, messa
             ["--set", "cluster.namespace=forbidden"],
             {},
             None,
-            r"^argo: 403 Forbidden: this token may not create workflow in namespace "
+            r"^argo: 403 Forbidden: this token may not create WorkflowTemplate in namespace "
             r"forbidden: .*cannot create resource",
             id="403",
         ),
@@ -327,6 +382,8 @@ def test_unreachable_server_is_one_line(monkeypatch, capsys) -> None:
 def test_cron_submit_creates_then_updates_with_the_resource_version(argo: FakeArgo, capsys) -> None:
     assert submit("--cron") == 0
     assert [(r["method"], r["path"]) for r in argo.requests] == [
+        ("GET", "/api/v1/workflow-templates/argo/cifar-pipeline"),
+        ("POST", "/api/v1/workflow-templates/argo"),
         ("GET", "/api/v1/cron-workflows/argo/cifar-nightly"),
         ("POST", "/api/v1/cron-workflows/argo"),
     ]
@@ -339,27 +396,64 @@ def test_cron_submit_creates_then_updates_with_the_resource_version(argo: FakeAr
     argo.requests.clear()
     assert submit("--cron", "--set", "schedule.cron=30 3 * * 1") == 0
     assert [(r["method"], r["path"]) for r in argo.requests] == [
+        ("GET", "/api/v1/workflow-templates/argo/cifar-pipeline"),
+        ("PUT", "/api/v1/workflow-templates/argo/cifar-pipeline"),
         ("GET", "/api/v1/cron-workflows/argo/cifar-nightly"),
         ("PUT", "/api/v1/cron-workflows/argo/cifar-nightly"),
     ]
     updated = argo.requests[-1]["body"]["cronWorkflow"]
     assert updated["metadata"]["resourceVersion"] == "1"
     assert updated["spec"]["schedules"] == ["30 3 * * 1"]
+    assert updated["spec"]["workflowSpec"]["workflowTemplateRef"] == {"name": "cifar-pipeline"}
     assert argo.crons["cifar-nightly"]["metadata"]["resourceVersion"] == "2"
     out = capsys.readouterr().out.splitlines()
     assert out == [
+        "WorkflowTemplate cifar-pipeline updated in namespace argo",
         "CronWorkflow cifar-nightly updated in namespace argo: '30 3 * * 1' (UTC)",
         f"Argo UI: {argo.host}/cron-workflows/argo/cifar-nightly",
     ]
 
 
-def test_cron_created_by_someone_else_meanwhile_is_a_409(argo: FakeArgo, capsys) -> None:
-    argo.reject = (409, 'cronworkflows.argoproj.io "cifar-nightly" already exists')
-    assert submit("--cron") == 1
+@pytest.mark.parametrize("kind", ["workflow-templates", "cron-workflows"])
+def test_an_update_that_loses_a_race_is_read_again_and_retried_once(
+    argo: FakeArgo, kind: str
+) -> None:
+    assert submit("--cron") == 0
+    argo.requests.clear()
+    argo.races[kind] = 1  # someone else updates it between our GET and our PUT
+    assert submit("--cron", "--set", "schedule.cron=30 3 * * 1") == 0
+    mine = [r for r in argo.requests if r["path"].split("/")[3] == kind]
+    assert [r["method"] for r in mine] == ["GET", "PUT", "GET", "PUT"]
+    sent = [next(iter(r["body"].values()))["metadata"]["resourceVersion"] for r in mine[1::2]]
+    assert sent == ["1", "2"]  # the stale one, then the one read again
+    name = "cifar-pipeline" if kind == "workflow-templates" else "cifar-nightly"
+    assert argo.stored[kind][name]["metadata"]["resourceVersion"] == "3"
+    if kind == "cron-workflows":
+        assert argo.crons[name]["spec"]["schedules"] == ["30 3 * * 1"]
+
+
+def test_a_create_that_loses_a_race_becomes_an_update(argo: FakeArgo, capsys) -> None:
+    argo.races["workflow-templates"] = (
+        1  # someone else creates the template between our GET and our POST
+    )
+    assert submit() == 0
+    assert [(r["method"], r["path"]) for r in argo.requests][:4] == [
+        ("GET", "/api/v1/workflow-templates/argo/cifar-pipeline"),
+        ("POST", "/api/v1/workflow-templates/argo"),
+        ("GET", "/api/v1/workflow-templates/argo/cifar-pipeline"),
+        ("PUT", "/api/v1/workflow-templates/argo/cifar-pipeline"),
+    ]
+    assert "WorkflowTemplate cifar-pipeline updated in namespace argo" in capsys.readouterr().out
+
+
+def test_losing_the_race_twice_is_one_line(argo: FakeArgo, capsys) -> None:
+    argo.races["workflow-templates"] = 2
+    assert submit() == 1
     assert re.fullmatch(
-        r"argo: 409 Conflict: the CronWorkflow already exists in argo: .*\n",
+        r"argo: 409 Conflict: the WorkflowTemplate already exists in argo: .*\n",
         capsys.readouterr().err,
     )
+    assert not [r for r in argo.requests if r["path"] == "/api/v1/workflows/argo"]
 
 
 @pytest.mark.parametrize(
@@ -424,8 +518,10 @@ def test_namespace_from_config_or_environment(argo, monkeypatch, config, env_nam
     if env_namespace:
         monkeypatch.setenv("ARGO_NAMESPACE", env_namespace)
     assert cli.main(["--config", config, *CLUSTER_READY, "--submit"]) == 0
-    assert argo.requests[0]["path"] == f"/api/v1/workflows/{expected}"
-    assert argo.requests[0]["body"]["workflow"]["metadata"]["namespace"] == expected
+    assert argo.requests[0]["path"] == f"/api/v1/workflow-templates/{expected}/cifar-pipeline"
+    assert argo.requests[1]["body"]["template"]["metadata"]["namespace"] == expected
+    assert argo.requests[-1]["path"] == f"/api/v1/workflows/{expected}"
+    assert argo.requests[-1]["body"]["workflow"]["metadata"]["namespace"] == expected
 
 
 @pytest.mark.parametrize(
@@ -501,7 +597,9 @@ def test_mlflow_tracking_uri_of_the_shell_reaches_the_rendered_pods(monkeypatch,
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
     assert cli.main(["--config", SMOKE, "--render"]) == 0
-    rendered = yaml.safe_load(capsys.readouterr().out)
+    template, workflow = yaml.safe_load_all(capsys.readouterr().out)
+    assert workflow["spec"]["workflowTemplateRef"] == {"name": "cifar-pipeline"}
+    rendered = template
     values = {
         env["value"]
         for template in rendered["spec"]["templates"]
@@ -509,3 +607,37 @@ def test_mlflow_tracking_uri_of_the_shell_reaches_the_rendered_pods(monkeypatch,
         if env["name"] == "MLFLOW_TRACKING_URI"
     }
     assert values == {"http://mlflow.example:5000"}
+
+
+def test_parameters_given_with_p_reach_the_workflow_not_the_template(argo: FakeArgo) -> None:
+    assert (
+        submit("-p", "epochs=3", "-p", "nodes=2", "--parameter", "data-source=synthetic:500") == 0
+    )
+    template = argo.templates["cifar-pipeline"]
+    defaults = {p["name"]: p["value"] for p in template["spec"]["arguments"]["parameters"]}
+    assert (defaults["epochs"], defaults["nodes"], defaults["data-source"]) == (
+        "4",
+        "1",
+        "synthetic:2000",
+    )
+    wf = argo.requests[-1]["body"]["workflow"]
+    assert wf["spec"]["arguments"]["parameters"] == [
+        {"name": "epochs", "value": "3"},
+        {"name": "nodes", "value": "2"},
+        {"name": "data-source", "value": "synthetic:500"},
+    ]
+
+
+def test_the_server_refuses_a_parameter_the_template_does_not_declare(argo: FakeArgo) -> None:
+    """The stand-in checks what Argo checks; our CLI never sends such a run."""
+    assert submit() == 0
+    code, body = argo.check_reference(
+        {
+            "spec": {
+                "workflowTemplateRef": {"name": "cifar-pipeline"},
+                "arguments": {"parameters": [{"name": "epochz", "value": "1"}]},
+            }
+        }
+    ) or (200, {})
+    assert code == 400 and "epochz" in body["message"]
+    assert argo.check_reference({"spec": {"workflowTemplateRef": {"name": "other"}}})[0] == 400

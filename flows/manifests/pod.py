@@ -10,6 +10,7 @@ ConfigMap. ``config_args`` proves that by loading its own output back.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ DATA_VOLUME = "data"
 ISTIO_INJECT = "sidecar.istio.io/inject"  # = kubeflow.training.constants.ISTIO_SIDECAR_INJECTION
 
 
-def _render(value: Any) -> str:
+def render_value(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -40,7 +41,7 @@ def config_args(cfg: PipelineConfig) -> list[str]:
     defaults = PipelineConfig().model_dump(mode="json", include=set(STEP_SECTIONS))
     wanted = cfg.model_dump(mode="json", include=set(STEP_SECTIONS))
     overrides = [
-        f"{section}.{name}={_render(value)}"
+        f"{section}.{name}={render_value(value)}"
         for section in STEP_SECTIONS
         for name, value in wanted[section].items()
         if defaults[section][name] != value
@@ -123,3 +124,18 @@ def pod_security(cfg: PipelineConfig) -> dict[str, Any]:
         "fsGroup": uid,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+# A field an Argo parameter sets at submission holds a sentinel while the manifest is built
+# and serialised; then the sentinel, quotes included, becomes the parameter's ``{{...}}``.
+# The CRDs type replicas and node counts as integers: a quoted "{{...}}" would reach the
+# API server as a string and be refused.
+SENTINEL = re.compile(r"'?@@([a-z-]+)@@'?")
+
+
+def sentinel(name: str) -> str:
+    return f"@@{name}@@"
+
+
+def fill_sentinels(text: str, refs: dict[str, str]) -> str:
+    return SENTINEL.sub(lambda match: refs[match.group(1)], text)

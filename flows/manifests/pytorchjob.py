@@ -18,17 +18,28 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from kubeflow.training import models as kf
 from kubeflow.training.constants import constants
 from kubernetes import client as k8s
 
 from flows.manifests.names import MAX_NAME, FlowError, dns1035
-from flows.manifests.pod import DATA_VOLUME, ISTIO_INJECT, EnvSpec, container_security, pod_security
+from flows.manifests.pod import (
+    DATA_VOLUME,
+    ISTIO_INJECT,
+    EnvSpec,
+    container_security,
+    fill_sentinels,
+    pod_security,
+    sentinel,
+)
 from steps.common.config import PipelineConfig
 
 GENERATED_SUFFIX = 5  # characters the API server appends to metadata.generateName
 SHM_VOLUME = "dshm"
 GPU = "nvidia.com/gpu"
+SUCCESS = "status.replicaStatuses.Master.succeeded > 0"  # the step ends with the Master
+FAILURE = "status.replicaStatuses.Master.failed > 0"
 RESTART_POLICY = "OnFailure"  # a restarted pod resumes from the newest checkpoint
 
 
@@ -224,3 +235,39 @@ def build_pytorchjob(
 def to_manifest(job: kf.KubeflowOrgV1PyTorchJob) -> dict[str, Any]:
     """The job as the plain data the API server takes (camelCase, no nulls)."""
     return k8s.ApiClient().sanitize_for_serialization(job)
+
+
+PLANNED_NODES = 1000  # generateName leaves room for "-worker-998"
+
+
+def parameterized_manifest(
+    cfg: PipelineConfig,
+    *,
+    args: list[str],
+    env: list[EnvSpec],
+    labels: dict[str, str],
+    refs: dict[str, str],
+) -> str:
+    """The job as YAML text whose size follows Argo parameters: ``refs`` maps ``nodes``,
+    ``workers`` (an integer expression: nodes - 1), ``gpus-per-node`` and ``nproc-per-node``
+    to the ``{{...}}`` Argo substitutes. The Worker replica is always there (0 replicas on
+    one node); GPU requests are always set (``"0"`` asks for none)."""
+    c = cfg.cluster
+    nproc_per_node(cfg)  # refuses more processes than GPUs in the config itself
+    planned = cfg.model_copy(
+        update={"cluster": c.model_copy(update={"nodes": PLANNED_NODES, "gpus_per_node": 0})}
+    )
+    job = to_manifest(build_pytorchjob(planned, args=args, env=env, labels=labels))
+    spec = job["spec"]
+    spec["pytorchReplicaSpecs"][constants.REPLICA_TYPE_WORKER]["replicas"] = sentinel("workers")
+    for replica in spec["pytorchReplicaSpecs"].values():
+        resources = replica["template"]["spec"]["containers"][0]["resources"]
+        resources["requests"][GPU] = resources["limits"][GPU] = refs["gpus-per-node"]
+    spec["nprocPerNode"] = refs["nproc-per-node"]
+    scheduling = spec["runPolicy"].get("schedulingPolicy")
+    if scheduling and c.min_available is None:  # the gang is every pod
+        scheduling["minAvailable"] = sentinel("nodes")
+    if "elasticPolicy" in spec:
+        spec["elasticPolicy"]["maxReplicas"] = sentinel("nodes")
+    text = yaml.safe_dump(job, sort_keys=False)
+    return fill_sentinels(text, refs)

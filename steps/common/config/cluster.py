@@ -57,6 +57,13 @@ class ClusterConfig(Section):
     job_name_prefix: str = Field(
         "cifar-train", description="PyTorchJob generateName; cut with a hash to fit 63 chars"
     )
+    trainer_runtime: KubeName = Field(
+        "cifar-torch-distributed",
+        description="ClusterTrainingRuntime a TrainJob runs on (train.launcher=trainjob)",
+    )
+    coscheduling_timeout_s: int = Field(
+        120, ge=1, description="coscheduling gang: seconds to wait for every pod"
+    )
     run_as_user: int = Field(10001, ge=1, description="uid, gid and fsGroup of every pod")
     step_cpu: Quantity = Field("1", description="CPU request of the stage/optimize/benchmark pods")
     step_memory: Quantity = Field("4Gi", description="memory request and limit of those pods")

@@ -58,6 +58,11 @@ class TrainConfig(Section):
         "auto", description="processes per node; auto: one per GPU, else 1"
     )
     seed: int = Field(0, description="seed of init and shuffling")
+    launcher: Literal["pytorchjob", "trainjob"] = Field(
+        "pytorchjob",
+        description="on a cluster: a Kubeflow Training Operator v1 PyTorchJob, or a Kubeflow "
+        "Trainer v2 TrainJob on cluster.trainer_runtime (a local run is torchrun either way)",
+    )
     amp_bf16: bool = Field(True, description="bf16 autocast on GPU")
     amp_bf16_cpu: bool | Literal["auto"] = Field(
         "auto",

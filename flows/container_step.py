@@ -1,0 +1,74 @@
+"""A step of the pipeline as an Argo container template: its CLI in its versioned image,
+the config as ``--set`` arguments, resources, placement, security, retries, deadline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hera.workflows import Artifact, Container, Parameter, RetryStrategy
+from hera.workflows import models as m
+
+from flows.manifests.names import APP
+from flows.manifests.pod import DATA_VOLUME, container_security, pod_env
+from steps.common.config import PipelineConfig
+
+TRACKING_DEADLINE_S = 600
+TRACKING_RESOURCES = m.ResourceRequirements(
+    requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}
+)
+
+
+def container_step(
+    cfg: PipelineConfig,
+    *,
+    name: str,
+    image: str,
+    module: str,
+    args: Sequence[str],
+    inputs: Sequence[str] = (),
+    outputs: Sequence[Parameter | Artifact] = (),
+    settings: Sequence[str],
+    gpus: int = 0,
+    tracking: bool = False,
+    **extra: Any,
+) -> Container:
+    """A container template running one step's CLI (``python -m <module> <args>``) in its
+    versioned image; ``tracking``: a small MLflow bookkeeping step."""
+    c = cfg.cluster
+    if tracking:
+        resources, deadline = TRACKING_RESOURCES, TRACKING_DEADLINE_S
+    else:
+        requests: dict[str, Any] = {"cpu": c.step_cpu, "memory": c.step_memory}
+        limits: dict[str, Any] = {"memory": c.step_memory}
+        if gpus:
+            requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
+        resources = m.ResourceRequirements(requests=requests, limits=limits)
+        deadline = c.step_deadline_seconds
+    placement: dict[str, Any] = {}
+    if gpus:  # GPU steps go where the GPUs are; CPU steps anywhere
+        placement["node_selector"] = dict(c.node_selector) or None
+        placement["tolerations"] = [m.Toleration.model_validate(t) for t in c.tolerations] or None
+    if c.pvc:
+        placement["volume_mounts"] = [m.VolumeMount(name=DATA_VOLUME, mount_path=c.pvc_mount_path)]
+    return Container(
+        name=name,
+        image=cfg.images.image(image),  # type: ignore[arg-type]
+        image_pull_policy=cfg.images.pull_policy,
+        command=["python", "-m", module],
+        args=[*args, *settings],
+        env=[item.hera() for item in pod_env(cfg)],
+        resources=resources,
+        security_context=m.SecurityContext.model_validate(container_security(cfg)),
+        inputs=[Parameter(name=i) for i in inputs] or None,
+        outputs=list(outputs) or None,
+        retry_strategy=RetryStrategy(
+            limit=c.retry_limit,
+            retry_policy="Always",
+            backoff=m.Backoff(duration=c.retry_backoff, factor=2),
+        ),
+        active_deadline_seconds=deadline,
+        labels={f"{APP}/step": name},
+        **placement,
+        **extra,
+    )

@@ -1,0 +1,105 @@
+"""The workflow's parameters: what a person changes per run, on our CLI (``-p name=value``,
+as ``argo submit -p``) or when resubmitting from the Argo UI.
+
+Each parameter stands for one config field. The WorkflowTemplate declares them with the
+config's values as defaults, and the steps read ``{{workflow.parameters.<name>}}`` where
+they would read the field, so a value given at submission does what it says. A local run
+has no Argo to substitute them: there a parameter is the ``--set`` of its field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flows.manifests.names import FlowError
+from flows.manifests.pod import render_value
+from steps.common.config import PipelineConfig
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    field: str  # section.field of the config
+    description: str
+
+    @property
+    def ref(self) -> str:
+        """The Argo variable; a name with a ``-`` needs the bracket form in expressions."""
+        return f"{{{{workflow.parameters.{self.name}}}}}"
+
+    @property
+    def section(self) -> str:
+        return self.field.split(".", 1)[0]
+
+
+PARAMETERS = (
+    Param("data-source", "data.source", "cifar10, synthetic[:N], an S3 URI or a tarball path"),
+    Param("model", "train.model", "architecture: resnet9 or simplecnn"),
+    Param("epochs", "train.epochs", "epochs to train"),
+    Param("batch-size", "train.batch_size", "global batch size (split over ranks)"),
+    Param("lr", "train.lr", "peak learning rate"),
+    Param("target-accuracy", "train.target_accuracy", "stop at this test accuracy (null: never)"),
+    Param("nodes", "cluster.nodes", "training pods (PyTorchJob Master + Workers, TrainJob nodes)"),
+    Param("nproc-per-node", "train.nproc_per_node", "training processes per pod"),
+    Param("gpus-per-node", "cluster.gpus_per_node", "nvidia.com/gpu per training pod"),
+)
+BY_NAME = {p.name: p for p in PARAMETERS}
+FIELDS = {p.field for p in PARAMETERS}
+
+
+def ref(name: str) -> str:
+    return BY_NAME[name].ref
+
+
+def value_of(cfg: PipelineConfig, param: Param) -> str:
+    """The config's value of a parameter as the string Argo substitutes; ``auto`` processes
+    per node resolve here, as the PyTorchJob would (one per GPU, else one)."""
+    section, field = param.field.split(".", 1)
+    value: Any = getattr(getattr(cfg, section), field)
+    if param.name == "nproc-per-node" and value == "auto":
+        value = max(cfg.cluster.gpus_per_node, 1)
+    return render_value(value)
+
+
+def defaults(cfg: PipelineConfig) -> dict[str, str]:
+    """Every parameter's value in this config: the WorkflowTemplate's defaults."""
+    return {p.name: value_of(cfg, p) for p in PARAMETERS}
+
+
+def parse(assignments: Iterable[str]) -> dict[str, str]:
+    """``name=value`` strings (``-p``) to a dict; an unknown or malformed one is one line
+    naming the known parameters."""
+    values: dict[str, str] = {}
+    known = ", ".join(BY_NAME)
+    for item in assignments:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise FlowError(f"-p {item}: give name=value; parameters: {known}")
+        if name not in BY_NAME:
+            raise FlowError(f"-p {name}: unknown parameter; parameters: {known}")
+        values[name] = value
+    return values
+
+
+def as_overrides(values: Mapping[str, str]) -> list[str]:
+    """The ``--set`` overrides that give the config these parameter values: how a local run
+    applies ``-p``, and how a submission checks a value before Argo sees it."""
+    return [f"{BY_NAME[name].field}={value}" for name, value in values.items()]
+
+
+def reset(cfg: PipelineConfig, sections: Iterable[str]) -> PipelineConfig:
+    """``cfg`` with the parameters' fields of these sections back at their defaults: a
+    step's ``--set`` arguments then leave them to ``{{workflow.parameters.x}}``."""
+    base = PipelineConfig()
+    wanted = set(sections)
+    updates: dict[str, Any] = {}
+    for p in PARAMETERS:
+        section, field = p.field.split(".", 1)
+        if section in wanted:
+            current = updates.get(section, getattr(cfg, section))
+            updates[section] = current.model_copy(
+                update={field: getattr(getattr(base, section), field)}
+            )
+    return cfg.model_copy(update=updates)

@@ -1,0 +1,87 @@
+"""The training step: an Argo resource template that creates the job and ends with it.
+
+``train.launcher`` picks the job: a Training Operator v1 PyTorchJob (the step ends with
+its Master replica) or a Trainer v2 TrainJob on the project's ClusterTrainingRuntime (the
+step ends with its Complete or Failed condition). Either way the pods carry Argo's
+workflow label, so ``argo logs <wf> -c pytorch`` (``-c node`` for a TrainJob) and the UI
+show every rank. In a WorkflowTemplate the manifest is a raw input artifact
+(``manifestFrom``): Argo substitutes the run's parameters into its text, integers
+included, which a ``manifest`` string the schema checks as YAML could not hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from hera.workflows import Artifact, Parameter, RawArtifact, Resource
+from hera.workflows import models as m
+
+from flows import parameters
+from flows.manifests import pytorchjob, trainjob
+from flows.manifests.names import APP, labels
+from flows.manifests.pod import pod_env
+from steps.common.config import PipelineConfig
+
+ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # how argo logs finds a pod
+JOB_DEADLINE_MARGIN_S = 900  # the job's own deadline fires first and says why
+MANIFEST_PATH = "/tmp/manifest.yaml"
+CONDITIONS = {
+    "pytorchjob": (pytorchjob.SUCCESS, pytorchjob.FAILURE),
+    "trainjob": (trainjob.SUCCESS, trainjob.FAILURE),
+}
+
+
+def _inp(name: str) -> str:
+    return f"{{{{inputs.parameters.{name}}}}}"
+
+
+def job_labels(cfg: PipelineConfig) -> dict[str, str]:
+    return {
+        **labels(cfg),
+        f"{APP}/step": "train",
+        f"{APP}/workflow": "{{workflow.name}}",
+        ARGO_WORKFLOW_LABEL: "{{workflow.name}}",
+    }
+
+
+def job_manifest(cfg: PipelineConfig, settings: list[str], *, parameterized: bool) -> str:
+    """The job's YAML: the config's values, or ``{{workflow.parameters.x}}`` where a run
+    may change them."""
+    args = ["-m", "steps.train", "--dataset", _inp("dataset-uri"), "--output", _inp("model-uri")]
+    args += ["--mlflow-run-id", _inp("run-id"), *settings]
+    spec: dict[str, Any] = dict(args=args, env=pod_env(cfg), labels=job_labels(cfg))
+    module = trainjob if cfg.train.launcher == "trainjob" else pytorchjob
+    if parameterized:
+        refs = {n: parameters.ref(n) for n in ("nodes", "gpus-per-node", "nproc-per-node")}
+        refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"
+        return module.parameterized_manifest(cfg, refs=refs, **spec)
+    if module is trainjob:
+        data = trainjob.to_manifest(trainjob.build_trainjob(cfg, **spec))
+    else:
+        data = pytorchjob.to_manifest(pytorchjob.build_pytorchjob(cfg, **spec))
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def train_template(cfg: PipelineConfig, settings: list[str], *, parameterized: bool) -> Resource:
+    text = job_manifest(cfg, settings, parameterized=parameterized)
+    inputs: list[Parameter | Artifact] = [
+        Parameter(name=n) for n in ("dataset-uri", "model-uri", "run-id")
+    ]
+    source: dict[str, Any] = {"manifest": text}
+    if parameterized:
+        inputs.append(RawArtifact(name="manifest", path=MANIFEST_PATH, data=text))
+        source = {"manifest_from": m.ManifestFrom(artifact=m.Artifact(name="manifest"))}
+    success, failure = CONDITIONS[cfg.train.launcher]
+    return Resource(
+        name="train",
+        action="create",
+        set_owner_reference=True,
+        success_condition=success,
+        failure_condition=failure,
+        inputs=inputs,
+        **source,
+        outputs=[Parameter(name="job-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
+        active_deadline_seconds=cfg.cluster.active_deadline_seconds + JOB_DEADLINE_MARGIN_S,
+        labels={f"{APP}/step": "train"},
+    )

@@ -1,0 +1,131 @@
+"""The WorkflowTemplate runs what the inline workflow runs: with its default parameters it
+is the same pipeline, and a parameter given at submission changes what it names (steps'
+config, the job's size and GPUs, the staging cache key) and nothing else."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from flows.cifar import build_template, build_workflow
+from flows.train_step import ARGO_WORKFLOW_LABEL
+from steps.common.config import load_config
+from tests.test_flow import CONFIGS, argo_substitute, job_of, parameter_values, templates
+
+GPU = "nvidia.com/gpu"
+
+
+NPROC: dict[str, int] = {}  # the template resolves nproc_per_node=auto (set per test)
+
+
+def _config_of(args: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """A step's own arguments, and the config its ``--set`` arguments rebuild; ``auto``
+    processes per node as the template resolves them."""
+    own, overrides, rest = [], [], iter(args)
+    for arg in rest:
+        if arg == "--set":
+            overrides.append(next(rest))
+        else:
+            own.append(arg)
+    config = load_config(None, overrides).model_dump(mode="json")
+    if config["train"]["nproc_per_node"] == "auto":
+        config["train"]["nproc_per_node"] = NPROC["auto"]
+    return own, config
+
+
+def _normalized(template: dict[str, Any]) -> dict[str, Any]:
+    template = copy.deepcopy(template)
+    if "container" in template:
+        args = template["container"]["args"]
+        template["container"]["args"] = _config_of(args)
+    return template
+
+
+def _without_job_details(job: dict[str, Any]) -> dict[str, Any]:
+    """What may differ between the two forms of the same job: the name's room for larger
+    jobs, an empty Worker replica, and a request for zero GPUs."""
+    job = copy.deepcopy(job)
+    job["metadata"].pop("generateName")
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    if specs.get("Worker", {}).get("replicas") == 0:
+        del specs["Worker"]
+    for replica in specs.values():
+        resources = replica["template"]["spec"]["containers"][0]["resources"]
+        for part in resources.values():
+            if part.get(GPU) == "0":
+                del part[GPU]
+    return job
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_the_template_with_its_defaults_is_the_inline_workflow(path: Path) -> None:
+    cfg = load_config(path)
+    template, inline = build_template(cfg).to_dict(), build_workflow(cfg).to_dict()
+    values = parameter_values(template)
+    NPROC["auto"] = int(values["nproc-per-node"])
+    resolved = yaml.safe_load(argo_substitute(yaml.safe_dump(template), values))
+    mine, theirs = templates(resolved), templates(inline)
+    assert mine.keys() == theirs.keys()
+    for name in mine.keys() - {"train", "stage"}:
+        assert _normalized(mine[name]) == _normalized(theirs[name]), name
+    stage, inline_stage = mine["stage"], theirs["stage"]
+    assert stage.pop("memoize")["key"].startswith("stage-")
+    inline_stage.pop("memoize")
+    assert _normalized(stage) == _normalized(inline_stage)
+    jobs = [_without_job_details(job_of(wf)) for wf in (template, inline)]
+    for job in jobs:
+        for replica in job["spec"]["pytorchReplicaSpecs"].values():
+            container = replica["template"]["spec"]["containers"][0]
+            container["args"] = _config_of(container["args"])
+    assert jobs[0] == jobs[1]
+
+
+def test_a_given_parameter_changes_the_steps_and_the_job() -> None:
+    cfg = load_config(CONFIGS[0])
+    template = build_template(cfg).to_dict()
+    given = {"epochs": "9", "nodes": "3", "gpus-per-node": "2", "nproc-per-node": "2"}
+    text = argo_substitute(yaml.safe_dump(template), parameter_values(template, **given))
+    create_run = templates(yaml.safe_load(text))["create-run"]["container"]["args"]
+    assert "train.epochs=9" in create_run and "train.nproc_per_node=2" in create_run
+    job = job_of(template, **given)
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    assert (specs["Master"]["replicas"], specs["Worker"]["replicas"]) == (1, 2)
+    assert job["spec"]["nprocPerNode"] == "2"
+    for replica in specs.values():
+        container = replica["template"]["spec"]["containers"][0]
+        assert container["resources"]["limits"][GPU] == "2"
+        assert "train.epochs=9" in container["args"]
+
+
+def test_a_gang_of_every_pod_follows_nodes() -> None:
+    cfg = load_config(CONFIGS[0], ["cluster.scheduler_name=volcano", "cluster.elastic_min_nodes=1"])
+    template = build_template(cfg).to_dict()
+    job = job_of(template, nodes="4")
+    assert job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 4
+    assert job["spec"]["elasticPolicy"]["maxReplicas"] == 4
+    pinned = build_template(
+        load_config(CONFIGS[0], ["cluster.scheduler_name=volcano", "cluster.min_available=2"])
+    ).to_dict()
+    assert job_of(pinned, nodes="4")["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 2
+
+
+def test_the_staging_cache_key_is_hashed_from_the_source_parameter() -> None:
+    stage = templates(build_template(load_config(CONFIGS[0])).to_dict())["stage"]
+    key = stage["memoize"]["key"]
+    assert key.endswith("{{=sprig.trunc(16, sprig.sha256sum(workflow.parameters['data-source']))}}")
+    assert stage["container"]["args"][:2] == ["--source", "{{workflow.parameters.data-source}}"]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_every_rank_logs_to_the_workflow(path: Path) -> None:
+    """``argo logs <wf> -c pytorch`` and the UI find pods by the workflow label."""
+    for doc in (build_template(load_config(path)), build_workflow(load_config(path))):
+        job = job_of(doc.to_dict())
+        for replica in job["spec"]["pytorchReplicaSpecs"].values():
+            pod_labels = replica["template"]["metadata"]["labels"]
+            assert pod_labels[ARGO_WORKFLOW_LABEL] == "{{workflow.name}}"
+            assert replica["template"]["spec"]["containers"][0]["name"] == "pytorch"

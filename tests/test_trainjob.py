@@ -1,0 +1,262 @@
+"""train.launcher=trainjob: the Kubeflow Trainer v2 TrainJob and the ClusterTrainingRuntime
+it runs on, as data, per config (golden), with the run's parameters substituted, through
+the strict schema check, and the conditions Argo ends the step on."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from flows import cli
+from flows.cifar import build_template, build_workflow
+from flows.manifests import trainjob
+from flows.manifests.names import FlowError, labels
+from flows.manifests.pod import EnvSpec
+from flows.train_step import ARGO_WORKFLOW_LABEL
+from steps.common.config import load_config
+from tests.conftest import REPO_ROOT
+from tests.test_flow import CONFIGS, VALIDATOR, check_golden, job_of, templates
+
+TRAINJOB = "train.launcher=trainjob"
+SMOKE = REPO_ROOT / "configs" / "smoke.yaml"
+# Kubernetes qualified names: what labels.Parse accepts as a key of Argo's conditions
+LABEL_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_each_config_trainjob_and_runtime_match_golden(path: Path) -> None:
+    cfg = load_config(path, [TRAINJOB])
+    job = job_of(build_workflow(cfg).to_dict())
+    check_golden(f"{path.stem}-trainjob", job)
+    runtime = trainjob.to_manifest(trainjob.build_runtime(cfg, labels(cfg)))
+    check_golden(f"{path.stem}-clustertrainingruntime", runtime)
+
+
+def test_the_builder_as_data() -> None:
+    cfg = load_config(
+        SMOKE,
+        [
+            TRAINJOB,
+            "cluster.nodes=2",
+            "cluster.gpus_per_node=4",
+            "train.nproc_per_node=auto",
+            "cluster.nccl_env={}",
+            "cluster.job_name_prefix=Train Job",
+        ],
+    )
+    job = trainjob.to_manifest(
+        trainjob.build_trainjob(
+            cfg, args=["-m", "steps.train"], env=[EnvSpec("A", "1")], labels={"k": "v"}
+        )
+    )
+    c = cfg.cluster
+    assert job == {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"generateName": "train-job-", "labels": {"k": "v"}},
+        "spec": {
+            "activeDeadlineSeconds": c.active_deadline_seconds,
+            "runtimePatches": [
+                {
+                    "manager": "cifar-pipeline.io/argo",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": "node",
+                                        "template": {
+                                            "spec": {
+                                                "template": {"metadata": {"labels": {"k": "v"}}}
+                                            }
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+            "runtimeRef": {
+                "apiGroup": "trainer.kubeflow.org",
+                "kind": "ClusterTrainingRuntime",
+                "name": "cifar-torch-distributed",
+            },
+            "trainer": {
+                "args": ["-m", "steps.train"],
+                "command": ["torchrun"],
+                "env": [{"name": "A", "value": "1"}],
+                "image": cfg.images.image("train"),
+                "numNodes": 2,
+                "numProcPerNode": 4,
+                "resourcesPerNode": {
+                    "limits": {"memory": c.memory, "nvidia.com/gpu": "4"},
+                    "requests": {"cpu": c.cpu, "memory": c.memory, "nvidia.com/gpu": "4"},
+                },
+            },
+        },
+    }
+
+
+def _runtime_pod(cfg) -> dict[str, Any]:
+    runtime = trainjob.to_manifest(trainjob.build_runtime(cfg, {}))
+    (replicated,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    assert replicated["name"] == "node"
+    return replicated["template"]["spec"]["template"]
+
+
+def test_the_runtime_is_torch_distributed_made_fit_for_the_pipeline() -> None:
+    cfg = load_config(SMOKE, [TRAINJOB, "cluster.pvc=cifar-data", "cluster.rdma=true"])
+    runtime = trainjob.to_manifest(trainjob.build_runtime(cfg, {}))
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 1, "torch": {}}
+    assert "podGroupPolicy" not in runtime["spec"]
+    pod = _runtime_pod(cfg)
+    assert pod["metadata"]["labels"] == {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    assert container["name"] == "node"
+    assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]} == {
+        "dshm": "/dev/shm",
+        "data": "/mnt/cifar",
+    }
+    assert container["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"], "drop": ["ALL"]}
+    assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["runAsUser"] > 0
+    assert spec["automountServiceAccountToken"] is False
+    assert {v["name"] for v in spec["volumes"]} == {"dshm", "data"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "policy", "annotations"),
+    [
+        pytest.param([], None, None, id="none"),
+        pytest.param(
+            ["cluster.scheduler_name=volcano", "cluster.queue=training"],
+            {"volcano": {}},
+            {"scheduling.volcano.sh/queue-name": "training"},
+            id="volcano",
+        ),
+        pytest.param(
+            ["cluster.scheduler_name=scheduler-plugins-scheduler"],
+            {"coscheduling": {"scheduleTimeoutSeconds": 120}},
+            None,
+            id="coscheduling",
+        ),
+    ],
+)
+def test_gang_scheduling_follows_the_scheduler(overrides, policy, annotations) -> None:
+    cfg = load_config(SMOKE, [TRAINJOB, *overrides])
+    runtime = trainjob.to_manifest(trainjob.build_runtime(cfg, {}))
+    assert runtime["spec"].get("podGroupPolicy") == policy
+    job = trainjob.to_manifest(trainjob.build_trainjob(cfg, args=[], env=[], labels={}))
+    assert job["metadata"].get("annotations") == annotations
+    scheduler = _runtime_pod(cfg)["spec"].get("schedulerName")
+    assert scheduler == cfg.cluster.scheduler_name
+
+
+def _matches(selector: str, obj: dict[str, Any]) -> bool:
+    """Argo's resource conditions: every ``key == value`` over a gjson path holds."""
+    for requirement in selector.split(","):
+        key, value = (part.strip() for part in requirement.split("=="))
+        assert LABEL_KEY.fullmatch(key), key  # else labels.Parse refuses the condition
+        node: Any = obj
+        for part in key.split("."):
+            if isinstance(node, list):
+                node = node[int(part)] if part.isdigit() and int(part) < len(node) else None
+            elif isinstance(node, dict):
+                node = node.get(part)
+            if node is None:
+                return False
+        if str(node) != value:
+            return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("conditions", "succeeded", "failed"),
+    [
+        pytest.param([], False, False, id="running"),
+        pytest.param([{"type": "Complete", "status": "True"}], True, False, id="complete"),
+        pytest.param([{"type": "Failed", "status": "True"}], False, True, id="failed"),
+    ],
+)
+def test_the_step_ends_on_the_trainjobs_terminal_condition(conditions, succeeded, failed) -> None:
+    train = templates(build_template(load_config(SMOKE, [TRAINJOB])).to_dict())["train"]
+    resource = train["resource"]
+    status = {"status": {"conditions": conditions}} if conditions else {"status": {}}
+    assert _matches(resource["successCondition"], status) is succeeded
+    assert _matches(resource["failureCondition"], status) is failed
+
+
+def test_the_parameters_size_the_trainjob() -> None:
+    template = build_template(load_config(SMOKE, [TRAINJOB])).to_dict()
+    job = job_of(template, **{"nodes": "3", "nproc-per-node": "2", "gpus-per-node": "2"})
+    trainer = job["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (3, 2)
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "2"
+    patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    pod_labels = patch["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels[ARGO_WORKFLOW_LABEL] == "{{workflow.name}}"
+    job = job_of(template, epochs="9")  # the steps' config follows the parameters too
+    assert "train.epochs=9" in job["spec"]["trainer"]["args"]
+
+
+def test_more_processes_than_gpus_is_refused() -> None:
+    cfg = load_config(SMOKE, [TRAINJOB, "train.nproc_per_node=4", "cluster.gpus_per_node=2"])
+    with pytest.raises(FlowError, match=r"train\.nproc_per_node 4 > cluster\.gpus_per_node 2"):
+        build_template(cfg)
+
+
+@pytest.mark.skipif(not VALIDATOR.is_file(), reason="../shared (the schema validator) is absent")
+def test_trainjob_renders_pass_the_strict_schema_check(tmp_path: Path, capsys) -> None:
+    files = []
+    for path in CONFIGS:
+        for extra in ([], ["cluster.scheduler_name=volcano", "cluster.queue=q", "cluster.pvc=d"]):
+            cfg = load_config(path, [TRAINJOB, *extra])
+            name = f"{path.stem}-{len(extra)}"
+            assert (
+                cli.main(
+                    [
+                        "--config",
+                        str(path),
+                        "--set",
+                        TRAINJOB,
+                        *[a for e in extra for a in ("--set", e)],
+                        "--render-runtime",
+                    ]
+                )
+                == 0
+            )
+            files.append(tmp_path / f"{name}-runtime.yaml")
+            files[-1].write_text(capsys.readouterr().out)
+            files.append(tmp_path / f"{name}-inline.yaml")
+            files[-1].write_text(build_workflow(cfg).to_yaml())
+            files.append(tmp_path / f"{name}-job.yaml")
+            files[-1].write_text(yaml.safe_dump(job_of(build_template(cfg).to_dict(), nodes="2")))
+    done = subprocess.run(
+        [sys.executable, str(VALIDATOR), *map(str, files)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith(
+        f"{len(files) + len(files) // 3} documents checked, 0 problems"
+    )
+
+
+def test_a_local_run_of_a_trainjob_config_is_torchrun(monkeypatch, tmp_path) -> None:
+    seen = {}
+
+    def fake_run_local(workflow, cfg, resume=None):
+        seen["job"] = job_of(workflow.to_dict())
+        return 0
+
+    monkeypatch.setattr("flows.local.run.run_local", fake_run_local)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--config", str(SMOKE), "--set", TRAINJOB]) == 0
+    assert seen["job"]["kind"] == "PyTorchJob"

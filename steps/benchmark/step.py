@@ -99,7 +99,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             from steps.benchmark.registry import promote_best
 
             example = normalize(split.images[:2].to(device), trained.mean, trained.std)
-            report["promotion"] = promote_best(cfg, trained, report, example, tracked.run_id)
+            pixels = split.images[:4].permute(0, 2, 3, 1).contiguous().numpy()  # NHWC uint8
+            report["promotion"] = promote_best(
+                cfg, trained, report, example, tracked.run_id, pixels
+            )
         files = {"report.md": markdown(report).encode(), "benchmark.png": plot_png(report)}
         files["benchmark.json"] = json.dumps(report, indent=2).encode()
         store.delete("benchmark.json")  # never a new report.md beside an old benchmark.json
@@ -206,9 +209,19 @@ def measure_all(cfg, runners, images: torch.Tensor, labels: torch.Tensor, max_ba
 
 def pick_best(results: dict[str, dict[str, Any]], gate: int, margin: float) -> str:
     """Lowest p50 at the gate batch among variants within ``margin`` of eager's accuracy."""
+    return fastest_by_batch(results, margin)[str(gate)]
+
+
+def fastest_by_batch(results: dict[str, dict[str, Any]], margin: float) -> dict[str, str]:
+    """Per measured batch size, the variant with the lowest p50 among those within
+    ``margin`` of eager's accuracy: the table predict's and the served model's dispatcher
+    follow."""
     floor = results["eager"]["accuracy"] - margin
     eligible = {n: v for n, v in results.items() if v["accuracy"] >= floor}
-    return min(eligible, key=lambda n: eligible[n]["batches"][str(gate)]["p50_ms"])
+    batches = results["eager"]["batches"]
+    return {
+        b: min(eligible, key=lambda n, b=b: eligible[n]["batches"][b]["p50_ms"]) for b in batches
+    }
 
 
 def _log_to_mlflow(report: dict[str, Any], files: dict[str, bytes]) -> None:
@@ -265,6 +278,7 @@ def build_report(cfg, trained, doc, split, args, device, gate: int) -> dict[str,
         "variants": {**results, **skipped},
         "gate_batch": gate,
         "best_variant": pick_best(results, gate, cfg.benchmark.accuracy_margin),
+        "fastest_by_batch": fastest_by_batch(results, cfg.benchmark.accuracy_margin),
         "slower_than_eager": sorted(
             n
             for n, v in results.items()

@@ -229,11 +229,13 @@ def _log_to_mlflow(doc: dict[str, Any], workdir: Path, x: torch.Tensor, device, 
         for name, entry in doc["variants"].items():
             if entry["status"] != "built":
                 continue
-            for file in variant_files(entry):
-                mlflow.artifacts.download_artifacts(
+            local = {
+                file: mlflow.artifacts.download_artifacts(
                     run_id=run_id, artifact_path=f"optimized/{file}", dst_path=tmp
                 )
-            runner = load_variant_file(entry, Path(tmp) / "optimized" / entry["file"], device)
+                for file in variant_files(entry)
+            }
+            runner = load_variant_file(entry, Path(local[entry["file"]]), device)
             with torch.inference_mode():
                 runner(x[: cfg.optimize.min_batch].to(DTYPES[entry["precision"]]))
             print(f"  {name}: reloaded from MLflow", file=sys.stderr)

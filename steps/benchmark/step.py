@@ -10,7 +10,8 @@ Per batch size: p50/p90/p99 latency, images/s, peak memory (``steps.benchmark.ti
 per variant: test-set accuracy. Writes ``benchmark.json``, ``report.md`` and ``benchmark.png`` under
 REPORT_URI (``benchmark.json`` last), and into the outputs dir ``report.md``,
 ``benchmark.json`` and ``summary.json`` (seconds, best_variant, promoted). With MLflow on,
-logs ``bench/<variant>/bs<N>/<stat>`` metrics and the files, then registers the model and
+logs the numbers as a table (``benchmark/table.json``), a few ``bench/...``
+headline metrics, the run's description and the files, then registers the model and
 moves the alias only if it passes the gate (``steps.benchmark.registry``).
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 
+from steps.benchmark.mlflow_run import log_to_mlflow
 from steps.benchmark.report import markdown, plot_png
 from steps.benchmark.timing import memory_probe, summarize, time_calls
 from steps.common.config import ConfigError, PipelineConfig, load_config
@@ -63,7 +65,6 @@ TIMING_FIELDS = (
     "time_budget_s",
     "rounds",
 )
-STATS = ("p50_ms", "p90_ms", "p99_ms", "images_per_s", "peak_mem_mb")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name, data in files.items():  # benchmark.json last: it publishes the report
             store.write_bytes(name, data)
         if tracked:
-            _log_to_mlflow(report, files)
+            log_to_mlflow(report, files, store.root)
         succeeded = True
     finally:
         if tracked:
@@ -222,28 +223,6 @@ def fastest_by_batch(results: dict[str, dict[str, Any]], margin: float) -> dict[
     return {
         b: min(eligible, key=lambda n, b=b: eligible[n]["batches"][b]["p50_ms"]) for b in batches
     }
-
-
-def _log_to_mlflow(report: dict[str, Any], files: dict[str, bytes]) -> None:
-    """Every number as ``bench/<variant>/bs<N>/<stat>``; the three files as artifacts."""
-    import mlflow
-
-    metrics = {}
-    for name, variant in report["variants"].items():
-        if variant["status"] != "measured":
-            continue
-        metrics[f"bench/{name}/accuracy"] = variant["accuracy"]
-        for batch, cell in variant["batches"].items():
-            for stat in (*STATS, "speedup_vs_eager"):
-                metrics[f"bench/{name}/bs{batch}/{stat}"] = cell[stat]
-    mlflow.log_metrics(metrics, step=0)
-    with tempfile.TemporaryDirectory(prefix="benchmark-files-") as tmp:
-        for name, data in files.items():
-            (Path(tmp) / name).write_bytes(data)
-            mlflow.log_artifact(str(Path(tmp) / name), artifact_path="benchmark")
-    mlflow.set_tags(
-        {"bench.best_variant": report["best_variant"], "bench.device": report["device_name"]}
-    )
 
 
 def build_report(cfg, trained, doc, split, args, device, gate: int) -> dict[str, Any]:

@@ -170,6 +170,7 @@ def main() -> None:
         doc = open_optimized(opt_uri, trained, cfg.storage)
         split = load_test_split(dataset, cfg.storage)
         images = normalize(split.images, trained.mean, trained.std)
+        (tmp / "load").mkdir()
         runners, skipped = benchmark.collect(cfg, trained, doc, opt_uri, device, tmp / "load")
         for name, runner in peers(tmp / "opt" / "model.onnx").items():
             runners[name] = ("fp32", runner, lambda x: x)

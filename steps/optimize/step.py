@@ -3,8 +3,9 @@
     python -m steps.optimize --model MODEL_URI --dataset DATASET_URI --output OPT_URI
         [--mlflow-run-id ID] [--outputs-dir DIR] [--config F] [--set k=v ...] [--debug]
 
-Builds TorchScript, a ``torch.export`` program with a dynamic batch, an AOTInductor package
-and, on CUDA with torch-tensorrt, TensorRT FP32/FP16 (see ``steps.optimize.variants``). Each file is
+Builds TorchScript, a ``torch.export`` program with a dynamic batch, an AOTInductor package,
+ONNX (ONNX Runtime) and OpenVINO FP32 with their INT8 quantizations and, on CUDA with
+torch-tensorrt, TensorRT FP32/FP16 (see ``steps.optimize.variants``). Each file is
 reloaded and must match eager on held-out test images (the parity gate); a variant that
 fails fails the step with its numbers, unless ``optimize.optional_variants`` names it.
 ``OPT_URI/variants.json`` is written last and lists every variant: built, skipped (with

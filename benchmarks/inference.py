@@ -1,12 +1,17 @@
-"""Inference latency and throughput of every variant of the ResNet-9 default, on this machine.
+"""Inference latency of every shipped variant beside its peers, on this machine.
 
-    python benchmarks/inference.py [--model URI --dataset URI] [--set section.field=value ...]
+    python benchmarks/inference.py [--model URI --dataset URI] [--threads 2]
+        [--set section.field=value ...]
 
-Runs the optimize and benchmark steps in process (MLflow off) and prints, per variant and
-batch size, p50 latency and images/s, then each variant's ratio to eager at the smallest
-and largest batch size. Without ``--model`` it stages a small synthetic dataset and times
-an untrained ResNet-9 (timing only: its accuracy is chance). Config overrides apply to
-both steps, e.g. ``--set 'benchmark.batch_sizes=[1, 256]' --set benchmark.time_budget_s=5``.
+Runs the optimize step in process (MLflow off), then times eager, every shipped variant
+and two peers on the same ONNX file as a user would run them (plain ONNX Runtime with
+default session options, plain OpenVINO with a default compile), all in the benchmark
+step's alternating rounds (``benchmark.rounds``; p50 is the median over the rounds'
+calls) at batch 1/8/64/256. Prints each one's top-1 agreement with eager on the test split,
+p50, and its ratio to eager and to the best peer. Without ``--model`` it stages a synthetic
+dataset and trains a ResNet-9 for ``--train-steps`` SGD steps (enough for its logits to
+carry signal; its accuracy is not the point). Overrides apply to optimize and benchmark,
+e.g. ``--set benchmark.time_budget_s=5``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,17 @@ from rich.console import Console  # noqa: E402
 
 from steps.benchmark import step as benchmark  # noqa: E402
 from steps.common.config import load_config  # noqa: E402
+from steps.common.dataset import read_manifest, read_split  # noqa: E402
+from steps.common.device import device_name  # noqa: E402
+from steps.common.inference import (  # noqa: E402
+    load_test_split,
+    load_trained,
+    normalize,
+    run_batched,
+)
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model  # noqa: E402
+from steps.common.runtime import TorchAdapter, open_optimized  # noqa: E402
+from steps.common.storage import open_store  # noqa: E402
 from steps.optimize import step as optimize  # noqa: E402
 from steps.stage_data.stage import parse_source, stage_dataset  # noqa: E402
 
@@ -54,67 +69,148 @@ def untrained_model(tmp: Path, width: int) -> tuple[str, str]:
     return (tmp / "model").as_uri(), dataset.dataset_uri
 
 
-def table(report: dict) -> str:
-    measured = {n: v for n, v in report["variants"].items() if v["status"] == "measured"}
-    batches = [int(b) for b in measured["eager"]["batches"]]
-    head = "| variant | " + " | ".join(f"bs {b} p50 ms / images/s" for b in batches)
-    lo, hi = str(min(batches)), str(max(batches))
+def trained_briefly(model_uri: str, dataset_uri: str, steps: int) -> None:
+    """A few SGD steps on the staged training split, so logits carry signal and INT8's
+    top-1 agreement means something (an untrained net's argmax is nearly constant)."""
+    if steps <= 0:
+        return
+    cfg = load_config()
+    store = open_store(dataset_uri, cfg.storage)
+    images, labels = read_split(store, read_manifest(store), "train")
+    x_all = normalize(torch.from_numpy(images).permute(0, 3, 1, 2), CIFAR10_MEAN, CIFAR10_STD)
+    y_all = torch.from_numpy(labels)
+    path = Path(model_uri.removeprefix("file://")) / "weights.pt"
+    meta = json.loads(path.with_name("model.json").read_text())
+    model = build_model("resnet9", 10, meta["width"])
+    model.load_state_dict(torch.load(path))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(steps):
+        index = torch.randint(0, len(x_all), (64,), generator=generator)
+        loss = torch.nn.functional.cross_entropy(model(x_all[index]), y_all[index])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.save(model.eval().state_dict(), path)
+
+
+def peers(onnx_file: Path) -> dict:
+    """``{name: (precision, runner)}``: ONNX Runtime and OpenVINO on the ONNX file as a user
+    runs them (default session options, default compile), and OpenVINO held to FP32. On a
+    CPU with AVX512-BF16 or AMX OpenVINO's default compile runs BF16, not FP32: its
+    precision is read back from the compiled model and shown."""
+    import onnxruntime as ort
+    import openvino as ov
+
+    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    core = ov.Core()
+    default = core.compile_model(str(onnx_file), "CPU")
+    f32 = core.compile_model(str(onnx_file), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    requests = {"default": default.create_infer_request(), "f32": f32.create_infer_request()}
+    precision = default.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # bf16, f32
+    return {
+        "peer_onnxruntime": ("fp32", TorchAdapter(lambda x: session.run(None, {name: x})[0])),
+        "peer_openvino": (
+            ("fp32" if precision == "f32" else precision) + ", default",
+            TorchAdapter(lambda x: requests["default"].infer([x])[0].copy()),
+        ),
+        "peer_openvino_f32": (
+            "fp32",
+            TorchAdapter(lambda x: requests["f32"].infer([x])[0].copy()),
+        ),
+    }
+
+
+def table(results: dict, agreement: dict, skipped: dict) -> str:
+    batches = list(results["eager"]["batches"])
+    peer_names = [n for n in results if n.startswith("peer_")]
+    head = " | ".join(f"bs {b} p50 ms" for b in batches)
     lines = [
-        f"{head} | vs eager bs {lo} | vs eager bs {hi} |",
-        "| --- " * (len(batches) + 3) + "|",
+        f"| variant | top-1 agr. | {head} | "
+        + " | ".join(f"bs {b} vs eager / vs best peer / vs best FP32 peer" for b in batches)
+        + " |",
+        "| --- " * (2 + 2 * len(batches)) + "|",
+        # "best peer": any peer, OpenVINO's default (BF16 on BF16-capable CPUs) included
     ]
-    for name, v in measured.items():
-        cells = " | ".join(
-            f"{c['p50_ms']:.2f} / {c['images_per_s']:,.0f}" for c in v["batches"].values()
-        )
-        ratios = f"{v['batches'][lo]['speedup_vs_eager']:.2f}x | "
-        ratios += f"{v['batches'][hi]['speedup_vs_eager']:.2f}x"
-        lines.append(f"| {name} ({v['precision']}) | {cells} | {ratios} |")
-    lines += [
-        f"| {n} | {v['status']}: {v['reason']} |"
-        for n, v in report["variants"].items()
-        if v["status"] != "measured"
-    ]
+    for name, v in results.items():
+        cells = " | ".join(f"{v['batches'][b]['p50_ms']:.3f}" for b in batches)
+        ratios = []
+        for b in batches:
+            best_peer = min(results[p]["batches"][b]["p50_ms"] for p in peer_names)
+            best_fp32 = min(
+                results[p]["batches"][b]["p50_ms"]
+                for p in peer_names
+                if results[p]["precision"] == "fp32"
+            )
+            mine = v["batches"][b]["p50_ms"]
+            ratios.append(
+                f"{v['batches'][b]['speedup_vs_eager']:.2f}x / {best_peer / mine:.2f}x / "
+                f"{best_fp32 / mine:.2f}x"
+            )
+        label = f"{name} ({v['precision']})"
+        lines.append(f"| {label} | {agreement[name]:.4f} | {cells} | {' | '.join(ratios)} |")
+    lines += [f"| {n} | {v['status']}: {v['reason']} |" for n, v in skipped.items()]
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="MODEL_URI (default: an untrained ResNet-9)")
+    parser.add_argument("--model", help="MODEL_URI (default: a briefly trained ResNet-9)")
     parser.add_argument("--dataset", help="DATASET_URI (needed with --model)")
-    parser.add_argument("--width", type=int, default=64, help="untrained model's width")
+    parser.add_argument("--width", type=int, default=64, help="default model's width")
+    parser.add_argument("--train-steps", type=int, default=60, help="default model's SGD steps")
+    parser.add_argument("--threads", type=int, default=2, help="torch, ORT, OpenVINO threads")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     os.environ.pop("MLFLOW_TRACKING_URI", None)
-    overrides = [*args.overrides, "tracking.enabled=false"]
+    torch.set_num_threads(args.threads)
+    overrides = [
+        "benchmark.batch_sizes=[1, 8, 64, 256]",
+        f"optimize.cpu_threads={args.threads}",
+        *args.overrides,
+        "tracking.enabled=false",
+    ]
+    cfg = load_config(None, overrides)
+    device = torch.device("cpu")
     with tempfile.TemporaryDirectory(prefix="inference-bench-") as tmp_name:
         tmp = Path(tmp_name)
         model, dataset = args.model, args.dataset
         if model is None:
             model, dataset = untrained_model(tmp, args.width)
+            trained_briefly(model, dataset, args.train_steps)
         common = dict(config=None, overrides=overrides, mlflow_run_id=None, debug=False)
+        opt_uri = str(tmp / "opt")
         optimize.run(
             argparse.Namespace(
-                model=model, dataset=dataset, output=str(tmp / "opt"), outputs_dir=None, **common
+                model=model, dataset=dataset, output=opt_uri, outputs_dir=None, **common
             )
         )
-        result = benchmark.run(
-            argparse.Namespace(
-                model=model,
-                optimized=str(tmp / "opt"),
-                dataset=dataset,
-                output=str(tmp / "report"),
-                outputs_dir=None,
-                **common,
-            )
-        )
-    report = result["report"]
+        trained = load_trained(model, cfg.storage, device)
+        doc = open_optimized(opt_uri, trained, cfg.storage)
+        split = load_test_split(dataset, cfg.storage)
+        images = normalize(split.images, trained.mean, trained.std)
+        (tmp / "load").mkdir()
+        runners, skipped = benchmark.collect(cfg, trained, doc, opt_uri, device, tmp / "load")
+        for name, (precision, runner) in peers(tmp / "opt" / "model.onnx").items():
+            runners[name] = (precision, runner, lambda x: x)
+        reference = run_batched(trained.model, images, 256).argmax(1)
+        agreement = {
+            name: (run_batched(r, prep(images), 256, 1).argmax(1) == reference)
+            .float()
+            .mean()
+            .item()
+            for name, (_, r, prep) in runners.items()
+        }
+        results = benchmark.measure_all(cfg, runners, images, split.labels, 256, 1)
     print(
-        f"\n{report['architecture']} on {report['device_name']}, torch {torch.__version__}, "
-        f"load average at start {report['load_average']}\n"
+        f"\n{trained.meta['architecture']} width {trained.meta.get('width')} on "
+        f"{device_name(device)}, torch {torch.__version__}, {args.threads} threads, "
+        f"{len(images)} test images, {cfg.benchmark.rounds} alternating rounds, "
+        f"load average {[round(v, 2) for v in os.getloadavg()]}\n"
     )
-    print(table(report))
-    print(f"\nbest variant: {report['best_variant']}")
+    print(table(results, agreement, skipped))
 
 
 if __name__ == "__main__":

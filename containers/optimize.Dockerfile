@@ -21,9 +21,10 @@ LABEL org.opencontainers.image.title="cifar-optimize" \
       org.opencontainers.image.source="https://github.com/cifar-pipeline/cifar-pipeline"
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 MPLCONFIGDIR=/tmp/matplotlib
 COPY --from=build /wheels /wheels
-# NGC's torch and torch-tensorrt are kept: pip only adds what the [train] extra lacks.
+# NGC's torch and torch-tensorrt are kept: pip only adds what the [train], [onnx] and
+# [openvino] extras lack (ONNX Runtime, OpenVINO and NNCF for the CPU variants).
 # Installing by version fails the build when VERSION is not the package version.
-RUN pip install --no-cache-dir --find-links /wheels "cifar-pipeline[train]==${VERSION}" && rm -rf /wheels \
+RUN pip install --no-cache-dir --find-links /wheels "cifar-pipeline[train,onnx,openvino]==${VERSION}" && rm -rf /wheels \
     && useradd --create-home --uid 10001 pipeline
 USER 10001
 WORKDIR /home/pipeline

@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help="MODEL_URI written by steps.train")
     parser.add_argument("--optimized", help="OPT_URI written by steps.optimize")
     parser.add_argument("--variant", help=f"use this variant (default: first of {PREFERENCE})")
+    parser.add_argument(
+        "--report",
+        help="REPORT_URI written by steps.benchmark: run each batch on the variant it measured "
+        "fastest at that batch size (needs --optimized)",
+    )
     parser.add_argument("--top-k", type=int, default=1, help="classes to print per image")
     add_common(parser, outputs=False)
     return parser
@@ -149,6 +154,8 @@ def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runn
             raise InputError(f"--variant {args.variant} needs --optimized OPT_URI")
         return eager
     doc = open_optimized(args.optimized, trained, cfg.storage)
+    if getattr(args, "report", None) and not args.variant:
+        return dispatched(args, cfg, doc, trained, device, workdir)
     order = [args.variant] if args.variant else list(PREFERENCE)
     unknown = [n for n in order if n != "eager" and n not in doc["variants"]]
     if unknown:
@@ -168,6 +175,33 @@ def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runn
             )
     print("predict: no optimized variant runs here; using eager", file=sys.stderr)
     return eager
+
+
+def dispatched(args, cfg, doc, trained, device, workdir: Path) -> tuple[str, Runner, str, dict]:
+    """A dispatcher over the variants ``benchmark.json`` measured fastest per batch size."""
+    from steps.common.inference import read_json
+    from steps.common.serving.runners import Dispatcher
+    from steps.common.storage import open_store
+
+    report = read_json(
+        open_store(args.report, cfg.storage),
+        "benchmark.json",
+        "pass the REPORT_URI of steps.benchmark",
+    )
+    fastest = {int(b): n for b, n in report.get("fastest_by_batch", {}).items()}
+    names = sorted(set(fastest.values()) - {"eager"})
+    runners: dict[str, Runner] = {"eager": trained.model}
+    for variant in load_variants(args.optimized, doc, cfg.storage, device, workdir, names):
+        if variant.runner is None:
+            raise InputError(f"--report: {variant.name} cannot run here ({variant.reason})")
+        dtype = DTYPES[variant.entry["precision"]]
+        runners[variant.name] = lambda x, r=variant.runner, d=dtype: r(x.to(d)).float()
+    try:
+        dispatcher = Dispatcher(runners, fastest)
+    except ValueError as exc:
+        raise InputError(f"--report {args.report}: {exc}") from None
+    table = ", ".join(f"bs {b}: {n}" for b, n in sorted(fastest.items()))
+    return f"dispatch ({table})", dispatcher, "fp32", doc["batch_range"]
 
 
 def main(argv: list[str] | None = None) -> int:

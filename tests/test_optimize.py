@@ -193,7 +193,7 @@ def test_perturbed_variant_fails_the_gate(
     ("overrides", "error", "match"),
     [
         (["optimize.min_batch=64", "optimize.opt_batch=8"], ConfigError, "min_batch <= opt_batch"),
-        (["optimize.optional_variants=[onnx]"], ConfigError, "unknown onnx"),
+        (["optimize.optional_variants=[tflite]"], ConfigError, "unknown tflite"),
     ],
 )
 def test_bad_settings_fail_before_any_work(

@@ -30,6 +30,7 @@ def predict_args(images: list[Path], model: str, optimized: str | None = None, *
         model=model,
         optimized=optimized,
         variant=kw.get("variant"),
+        report=kw.get("report"),
         top_k=kw.get("top_k", 1),
         config=None,
         overrides=[],
@@ -170,7 +171,7 @@ def test_variant_choice_falls_back(
     ("kw", "optimized", "match"),
     [
         ({"variant": "aoti"}, False, r"--variant aoti needs --optimized"),
-        ({"variant": "onnx"}, True, r"--variant onnx: not in .* has torchscript, export, aoti"),
+        ({"variant": "tflite"}, True, r"--variant tflite: not in .* has torchscript, export, aoti"),
         ({"top_k": 0}, False, r"--top-k 0: must be 1 or more"),
     ],
 )
@@ -204,3 +205,32 @@ def test_cli_prints_a_line_per_picture_and_one_error_line(bundle: Bundle, pictur
     errors = [line for line in done.stderr.splitlines() if line.startswith("predict: error:")]
     assert errors == [f"predict: error: {bad}: not an image Pillow can read (JPEG, PNG, ...)"]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("count", "used"), [(1, "onnx_int8"), (3, "onnx_int8"), (4, "openvino"), (40, "openvino")]
+)
+def test_report_dispatches_per_batch_size(
+    bundle: Bundle,  # noqa: F811
+    pictures: dict,
+    tmp_path: Path,
+    count: int,
+    used: str,
+) -> None:
+    """With --report, each batch runs on the variant the benchmark measured fastest at the
+    nearest measured batch size at or below it; the classes match eager's."""
+    (tmp_path / "benchmark.json").write_text(
+        json.dumps({"fastest_by_batch": {"1": "onnx_int8", "4": "openvino"}})
+    )
+    images = [pictures["paths"]["odd.png"]] * count
+    args = predict_args(images, bundle.model_uri, bundle.optimized_uri, report=str(tmp_path))
+    result = predict.run(args)
+    assert result.variant == "dispatch (bs 1: onnx_int8, bs 4: openvino)"
+    from steps.common.serving.runners import Dispatcher
+
+    assert (
+        Dispatcher({"onnx_int8": id, "openvino": id}, {1: "onnx_int8", 4: "openvino"}).choose(count)
+        == used
+    )
+    eager = predict.run(predict_args(images[:1], bundle.model_uri))
+    assert {p.top[0][0] for p in result.predictions} == {eager.predictions[0].top[0][0]}

@@ -132,17 +132,52 @@ def log_and_reload(trained: TrainedModel, example: torch.Tensor, name: str):
     return info
 
 
+def log_served_and_reload(
+    cfg: PipelineConfig,
+    trained: TrainedModel,
+    report: dict[str, Any],
+    pixels: np.ndarray,
+    fastest: dict[str, str],
+):
+    """Log the serving pyfunc (``steps.common.serving``), registered; reload it once through
+    MLflow and check it classifies the example as eager FP32 does."""
+    from steps.common.runtime import read_variants
+    from steps.common.serving.log import log_served_model
+
+    name = cfg.benchmark.registered_model
+    doc = read_variants(report["optimized_uri"], cfg.storage)
+    meta = {"classes": trained.classes, "mean": list(trained.mean), "std": list(trained.std)}
+    try:
+        info, _ = log_served_model(
+            fastest, doc, report["optimized_uri"], cfg.storage, meta, name, LOGGED_NAME, pixels
+        )
+        got = mlflow.pyfunc.load_model(info.model_uri).predict(pixels)
+    except MlflowException as exc:
+        raise RegistryError(f"cannot log or reload the model as {name!r}: {exc.message}") from None
+    x = torch.from_numpy(pixels).permute(0, 3, 1, 2).float()
+    x = (x / 255 - torch.tensor(trained.mean).view(1, 3, 1, 1)) / torch.tensor(trained.std).view(
+        1, 3, 1, 1
+    )
+    with torch.inference_mode():
+        expected = trained.model.cpu()(x).argmax(1).tolist()
+    if got["class"].tolist() != expected:
+        raise RegistryError(f"{info.model_uri} reloads but classifies differently from the model")
+    return info
+
+
 def register_and_gate(
     cfg: PipelineConfig,
     trained: TrainedModel,
     example: torch.Tensor,
     challenger: dict[str, Any],
     tags: dict[str, str],
+    served=None,
 ) -> dict[str, Any]:
-    """Register a version, decide against the current champion, move the alias if it wins."""
+    """Register a version, decide against the current champion, move the alias if it wins.
+    ``served``: a callable logging the serving model (else the torch.export model)."""
     bench = cfg.benchmark
     client = mlflow.MlflowClient()
-    info = log_and_reload(trained, example, bench.registered_model)
+    info = served() if served else log_and_reload(trained, example, bench.registered_model)
     version = str(info.registered_model_version)
     champion = _champion(client, bench.registered_model, bench.alias)
     decision = decide(challenger, champion, cfg)
@@ -175,7 +210,12 @@ def register_and_gate(
 
 
 def promote_best(
-    cfg: PipelineConfig, trained: TrainedModel, report: dict[str, Any], example, run_id: str
+    cfg: PipelineConfig,
+    trained: TrainedModel,
+    report: dict[str, Any],
+    example,
+    run_id: str,
+    pixels: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The gate for a benchmark report: the best variant's accuracy and p50 at the gate
     batch against the champion's; tags name the data, workflow, image and variant."""
@@ -199,4 +239,17 @@ def promote_best(
         "model_uri": report["model_uri"],
         "mlflow_run_id": run_id,
     }
-    return register_and_gate(cfg, trained, example, challenger, tags)
+    served = None
+    if pixels is not None:
+        from steps.common.runtime import read_variants
+        from steps.common.serving.log import portable_fastest
+
+        doc = read_variants(report["optimized_uri"], cfg.storage)
+        fastest = portable_fastest(report, doc, cfg.benchmark.accuracy_margin)
+        if fastest:  # else no portable runtime here: the torch.export model is registered
+            tags["serving"] = "pyfunc: " + ", ".join(f"bs {b} {n}" for b, n in fastest.items())
+
+            def served():
+                return log_served_and_reload(cfg, trained, report, pixels, fastest)
+
+    return register_and_gate(cfg, trained, example, challenger, tags, served)

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 
 def measured(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -39,6 +40,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         f"- best variant: **{report['best_variant']}** (lowest p50 at batch "
         f"{report['gate_batch']} among variants within the accuracy margin of eager)",
+        "- fastest per batch size (what the dispatcher runs): "
+        + ", ".join(f"{b}: {n}" for b, n in (report.get("fastest_by_batch") or {}).items()),
         "",
         "| variant | precision | batch | p50 ms | p90 ms | p99 ms | images/s | vs eager | "
         "peak MB | accuracy |",
@@ -73,6 +76,30 @@ def markdown(report: dict[str, Any]) -> str:
 
 def plot_png(report: dict[str, Any]) -> bytes:
     """Latency (p50, log-log) and throughput against batch size; PNG bytes."""
+    fig = plot_figure(report)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _plain(value: float, _position: int) -> str:
+    """``6``, ``20``, ``0.5``, ``12,000``: not matplotlib's ``6 x 10^0`` on log axes."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:g}"
+
+
+def _plain_log_axes(ax, batches: list[int]) -> None:
+    """The measured batch sizes as the x ticks; 1-2-5 ticks in plain numbers on y."""
+    ax.xaxis.set_major_locator(FixedLocator(batches))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def plot_figure(report: dict[str, Any]):
+    """The plot as a matplotlib figure (the caller closes it)."""
     fig, (lat_ax, thr_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, variant in measured(report).items():
         batches = [int(b) for b in variant["batches"]]
@@ -84,12 +111,11 @@ def plot_png(report: dict[str, Any]) -> bytes:
     thr_ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel="images/s")
     lat_ax.set_title("latency")
     thr_ax.set_title("throughput")
+    batches = sorted({int(b) for v in measured(report).values() for b in v["batches"]})
     for ax in (lat_ax, thr_ax):
         ax.grid(alpha=0.3, which="both")
+        _plain_log_axes(ax, batches)
     thr_ax.legend(fontsize=8)
     fig.suptitle(f"{report['architecture']} on {report['device_name']}", fontsize=10)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
+    return fig

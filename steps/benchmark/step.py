@@ -10,7 +10,8 @@ Per batch size: p50/p90/p99 latency, images/s, peak memory (``steps.benchmark.ti
 per variant: test-set accuracy. Writes ``benchmark.json``, ``report.md`` and ``benchmark.png`` under
 REPORT_URI (``benchmark.json`` last), and into the outputs dir ``report.md``,
 ``benchmark.json`` and ``summary.json`` (seconds, best_variant, promoted). With MLflow on,
-logs ``bench/<variant>/bs<N>/<stat>`` metrics and the files, then registers the model and
+logs the numbers as a table (``benchmark/table.json``), a few ``bench/...``
+headline metrics, the run's description and the files, then registers the model and
 moves the alias only if it passes the gate (``steps.benchmark.registry``).
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 
+from steps.benchmark.mlflow_run import log_to_mlflow
 from steps.benchmark.report import markdown, plot_png
 from steps.benchmark.timing import memory_probe, summarize, time_calls
 from steps.common.config import ConfigError, PipelineConfig, load_config
@@ -63,7 +65,6 @@ TIMING_FIELDS = (
     "time_budget_s",
     "rounds",
 )
-STATS = ("p50_ms", "p90_ms", "p99_ms", "images_per_s", "peak_mem_mb")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,14 +100,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             from steps.benchmark.registry import promote_best
 
             example = normalize(split.images[:2].to(device), trained.mean, trained.std)
-            report["promotion"] = promote_best(cfg, trained, report, example, tracked.run_id)
+            pixels = split.images[:4].permute(0, 2, 3, 1).contiguous().numpy()  # NHWC uint8
+            report["promotion"] = promote_best(
+                cfg, trained, report, example, tracked.run_id, pixels
+            )
         files = {"report.md": markdown(report).encode(), "benchmark.png": plot_png(report)}
         files["benchmark.json"] = json.dumps(report, indent=2).encode()
         store.delete("benchmark.json")  # never a new report.md beside an old benchmark.json
         for name, data in files.items():  # benchmark.json last: it publishes the report
             store.write_bytes(name, data)
         if tracked:
-            _log_to_mlflow(report, files)
+            log_to_mlflow(report, files, store.root)
         succeeded = True
     finally:
         if tracked:
@@ -206,31 +210,19 @@ def measure_all(cfg, runners, images: torch.Tensor, labels: torch.Tensor, max_ba
 
 def pick_best(results: dict[str, dict[str, Any]], gate: int, margin: float) -> str:
     """Lowest p50 at the gate batch among variants within ``margin`` of eager's accuracy."""
+    return fastest_by_batch(results, margin)[str(gate)]
+
+
+def fastest_by_batch(results: dict[str, dict[str, Any]], margin: float) -> dict[str, str]:
+    """Per measured batch size, the variant with the lowest p50 among those within
+    ``margin`` of eager's accuracy: the table predict's and the served model's dispatcher
+    follow."""
     floor = results["eager"]["accuracy"] - margin
     eligible = {n: v for n, v in results.items() if v["accuracy"] >= floor}
-    return min(eligible, key=lambda n: eligible[n]["batches"][str(gate)]["p50_ms"])
-
-
-def _log_to_mlflow(report: dict[str, Any], files: dict[str, bytes]) -> None:
-    """Every number as ``bench/<variant>/bs<N>/<stat>``; the three files as artifacts."""
-    import mlflow
-
-    metrics = {}
-    for name, variant in report["variants"].items():
-        if variant["status"] != "measured":
-            continue
-        metrics[f"bench/{name}/accuracy"] = variant["accuracy"]
-        for batch, cell in variant["batches"].items():
-            for stat in (*STATS, "speedup_vs_eager"):
-                metrics[f"bench/{name}/bs{batch}/{stat}"] = cell[stat]
-    mlflow.log_metrics(metrics, step=0)
-    with tempfile.TemporaryDirectory(prefix="benchmark-files-") as tmp:
-        for name, data in files.items():
-            (Path(tmp) / name).write_bytes(data)
-            mlflow.log_artifact(str(Path(tmp) / name), artifact_path="benchmark")
-    mlflow.set_tags(
-        {"bench.best_variant": report["best_variant"], "bench.device": report["device_name"]}
-    )
+    batches = results["eager"]["batches"]
+    return {
+        b: min(eligible, key=lambda n, b=b: eligible[n]["batches"][b]["p50_ms"]) for b in batches
+    }
 
 
 def build_report(cfg, trained, doc, split, args, device, gate: int) -> dict[str, Any]:
@@ -265,6 +257,7 @@ def build_report(cfg, trained, doc, split, args, device, gate: int) -> dict[str,
         "variants": {**results, **skipped},
         "gate_batch": gate,
         "best_variant": pick_best(results, gate, cfg.benchmark.accuracy_margin),
+        "fastest_by_batch": fastest_by_batch(results, cfg.benchmark.accuracy_margin),
         "slower_than_eager": sorted(
             n
             for n, v in results.items()

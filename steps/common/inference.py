@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -26,7 +27,13 @@ from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_mo
 from steps.common.storage import open_store
 from steps.common.weights import WeightsError, load_weights, require_state_dict
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# A variant's input dtype by its precision; INT8 variants take float32 and quantize inside.
+DTYPES = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "int8": torch.float32,
+}
 Runner = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -108,6 +115,15 @@ def load_test_split(uri: str, storage: StorageConfig) -> TestSplit:
     images, labels = read_split(store, manifest, "test")
     pixels = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
     return TestSplit(uri, manifest["digest"], pixels, torch.from_numpy(labels))
+
+
+def load_calibration_images(uri: str, storage: StorageConfig, count: int) -> torch.Tensor:
+    """``count`` training images (uint8 NCHW, CPU) spread evenly over the training split,
+    for INT8 calibration: the test split stays held out for the gate."""
+    store = open_store(uri, storage)
+    images, _ = read_split(store, read_manifest(store), "train")
+    picked = images[np.linspace(0, len(images) - 1, min(count, len(images))).astype(int)]
+    return torch.from_numpy(picked).permute(0, 3, 1, 2).contiguous()
 
 
 def normalize(images: torch.Tensor, mean, std) -> torch.Tensor:

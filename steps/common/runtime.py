@@ -26,6 +26,7 @@ VARIANTS_FILE = "variants.json"
 # The programs of an AOTInductor package: "model" is what aoti_load_package loads.
 LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM = "model", "small_batch"
 AOTI_PROGRAMS = (LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM)
+PORTABLE_KINDS = ("onnx", "openvino")  # run without torch (steps.common.serving.runners)
 
 
 class VariantUnavailable(RuntimeError):
@@ -114,6 +115,14 @@ def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -
         if small:
             return BatchSizeDispatch(path, small)
         return torch._inductor.aoti_load_package(str(path))
+    if kind in PORTABLE_KINDS:
+        from steps.common.serving.runners import RuntimeMissing, load_runner
+
+        threads = int(entry.get("details", {}).get("threads") or torch.get_num_threads())
+        try:
+            return TorchAdapter(load_runner(kind, path, entry.get("details", {}), threads))
+        except RuntimeMissing as exc:
+            raise VariantUnavailable(str(exc)) from None
     if kind == "tensorrt":
         try:
             import torch_tensorrt
@@ -121,6 +130,16 @@ def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -
             raise VariantUnavailable("torch-tensorrt is not installed") from None
         return torch_tensorrt.load(str(path)).module()
     raise VariantUnavailable(f"unknown variant kind {kind!r}")
+
+
+class TorchAdapter:
+    """A numpy runner (ONNX Runtime, OpenVINO) behind the torch ``Runner`` interface."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(self.runner(x.detach().cpu().float().numpy()))
 
 
 class BatchSizeDispatch:
@@ -138,12 +157,18 @@ class BatchSizeDispatch:
         return (self.small if x.shape[0] <= self.small_max else self.large)(x)
 
 
+def variant_files(entry: dict[str, Any]) -> list[str]:
+    """The files of one variant: its ``file`` and any beside it (OpenVINO's .xml and .bin)."""
+    return list(entry.get("details", {}).get("files") or [entry["file"]])
+
+
 def fetch_variant(opt_uri: str, entry: dict[str, Any], storage: StorageConfig, workdir: Path):
-    """Download one variant's file into ``workdir``; return its local path."""
+    """Download one variant's files into ``workdir``; return the local path of its file."""
     store = open_store(opt_uri, storage)
-    path = workdir / entry["file"]
     try:
-        store.download_file(entry["file"], path)
+        for name in variant_files(entry):
+            if not (workdir / name).exists():  # variants may share a file (model.onnx)
+                store.download_file(name, workdir / name)
     except StorageError as exc:
         raise VariantUnavailable(str(exc)) from None
-    return path
+    return workdir / entry["file"]

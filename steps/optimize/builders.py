@@ -17,6 +17,7 @@ from torch._inductor.package import load_package, package_aoti
 from steps.common.device import cpu_bf16_features
 from steps.common.inference import DTYPES
 from steps.common.runtime import AOTI_PROGRAMS, LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM
+from steps.optimize.portable import build_onnx, build_openvino
 from steps.optimize.variants import BuildContext, SkipVariant, Spec, median_ms
 
 SMALL_BATCH_PROBE_LIMIT = 64  # past this, the large-batch program is the one that counts
@@ -126,6 +127,10 @@ def build_tensorrt(spec: Spec, ctx: BuildContext, path: Path) -> dict[str, Any]:
         raise SkipVariant(
             "torch-tensorrt is not installed (pip install 'cifar-pipeline[tensorrt]')"
         ) from None
+    if spec.precision == "int8":
+        raise SkipVariant(
+            "TensorRT INT8 needs a calibrated (NVIDIA ModelOpt) quantized export; not built yet"
+        )
     cfg, dtype = ctx.cfg, DTYPES[spec.precision]
     shape = (3, 32, 32)
     inputs = [
@@ -163,4 +168,6 @@ BUILDERS = {
     "export": build_export,
     "aoti": build_aoti,
     "tensorrt": build_tensorrt,
+    "onnx": build_onnx,
+    "openvino": build_openvino,
 }

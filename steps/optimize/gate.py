@@ -33,7 +33,11 @@ def parity(
     cfg: OptimizeConfig,
 ) -> dict[str, Any]:
     """Max |logit difference| and top-1 agreement against eager on held-out images, run in
-    chunks of max_batch and once at min_batch (both ends of the dynamic range)."""
+    chunks of max_batch and once at min_batch (both ends of the dynamic range). INT8 is
+    gated on top-1 agreement alone, on ``int8_parity_samples`` images."""
+    if spec.precision == "int8":
+        return _int8_parity(runner, x[: cfg.int8_parity_samples], reference, cfg)
+    x, reference = x[: cfg.parity_samples], reference[: cfg.parity_samples]
     inputs = x.to(DTYPES[spec.precision])
     logits = run_batched(runner, inputs, cfg.max_batch, cfg.min_batch)
     small = run_batched(runner, inputs[: cfg.min_batch], cfg.min_batch, cfg.min_batch)
@@ -51,8 +55,28 @@ def parity(
     }
 
 
+def _int8_parity(
+    runner: Runner, x: torch.Tensor, reference: torch.Tensor, cfg: OptimizeConfig
+) -> dict[str, Any]:
+    logits = run_batched(runner, x, cfg.max_batch, cfg.min_batch)
+    agree = (logits.argmax(1) == reference[: len(x)].argmax(1)).float().mean().item()
+    return {
+        "samples": len(x),
+        "max_abs_diff": (logits - reference[: len(x)].float()).abs().max().item(),
+        "top1_agreement": agree,
+        "min_top1_agreement": cfg.int8_min_agreement,
+        "passed": agree >= cfg.int8_min_agreement,
+    }
+
+
 def parity_message(name: str, precision: str, result: dict[str, Any]) -> str:
     """One line naming the variant, the numbers and the limits that were crossed."""
+    if precision == "int8":
+        agree, need = result["top1_agreement"], result["min_top1_agreement"]
+        return (
+            f"{name} (int8) not shipped: agreement {agree:.3f} < {need:.3f} by {need - agree:.3f} "
+            f"on {result['samples']} test images (optimize.int8_min_agreement)"
+        )
     field_name = "fp32_max_abs_diff" if precision == "fp32" else "half_max_abs_diff"
     diff_op = ">" if result["max_abs_diff"] > result["max_abs_diff_limit"] else "<="
     agree_op = "<" if result["top1_agreement"] < result["min_top1_agreement"] else ">="
@@ -80,7 +104,8 @@ def build_one(
         "gpu": torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else None,
         "cpu_capability": cpu_capability(),
         "cpu_bf16_features": cpu_bf16_features(),
-        "size_bytes": path.stat().st_size,
+        "size_bytes": sum((path.parent / f).stat().st_size for f in details.get("files", []))
+        or path.stat().st_size,
         "build_seconds": round(seconds, 3),
         "details": details,
     }

@@ -3,8 +3,9 @@
     python -m steps.optimize --model MODEL_URI --dataset DATASET_URI --output OPT_URI
         [--mlflow-run-id ID] [--outputs-dir DIR] [--config F] [--set k=v ...] [--debug]
 
-Builds TorchScript, a ``torch.export`` program with a dynamic batch, an AOTInductor package
-and, on CUDA with torch-tensorrt, TensorRT FP32/FP16 (see ``steps.optimize.variants``). Each file is
+Builds TorchScript, a ``torch.export`` program with a dynamic batch, an AOTInductor package,
+ONNX (ONNX Runtime) and OpenVINO FP32 with their INT8 quantizations and, on CUDA with
+torch-tensorrt, TensorRT FP32/FP16 (see ``steps.optimize.variants``). Each file is
 reloaded and must match eager on held-out test images (the parity gate); a variant that
 fails fails the step with its numbers, unless ``optimize.optional_variants`` names it.
 ``OPT_URI/variants.json`` is written last and lists every variant: built, skipped (with
@@ -31,12 +32,13 @@ from steps.common.inference import (
     InputError,
     TestSplit,
     TrainedModel,
+    load_calibration_images,
     load_test_split,
     load_trained,
     normalize,
     run_batched,
 )
-from steps.common.runtime import VARIANTS_FILE, load_variant_file
+from steps.common.runtime import VARIANTS_FILE, load_variant_file, variant_files
 from steps.common.step_cli import (
     add_common,
     run_main,
@@ -125,9 +127,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             }
             # An older manifest must not point at files this run replaces: drop it first.
             store.delete(VARIANTS_FILE)
-            for entry in entries.values():
-                if entry["status"] == "built":
-                    store.upload_file(workdir / entry["file"], entry["file"])
+            uploaded = {
+                f for e in entries.values() if e["status"] == "built" for f in variant_files(e)
+            }
+            for name in sorted(uploaded):
+                store.upload_file(workdir / name, name)
             if tracked:
                 x = normalize(split.images[:8].to(device), trained.mean, trained.std)
                 _log_to_mlflow(doc, workdir, x, device, cfg)
@@ -170,9 +174,14 @@ def build_variants(
 ) -> dict[str, dict[str, Any]]:
     """Every configured variant's record; built ones lie in ``workdir``."""
     opt = cfg.optimize
-    x = normalize(split.images[: opt.parity_samples].to(device), trained.mean, trained.std)
+    samples = max(opt.parity_samples, opt.int8_parity_samples if opt.int8 else 0)
+    x = normalize(split.images[:samples].to(device), trained.mean, trained.std)
     reference = run_batched(trained.model, x, opt.max_batch)
-    ctx = BuildContext(trained.model, device, opt, workdir)
+    calibration = None
+    if opt.int8 and {"onnx", "openvino"} & set(opt.variants):
+        pixels = load_calibration_images(split.uri, cfg.storage, opt.calibration_samples)
+        calibration = normalize(pixels, trained.mean, trained.std)
+    ctx = BuildContext(trained.model, device, opt, workdir, calibration)
     entries: dict[str, dict[str, Any]] = {}
     for spec in specs(opt.variants, device, opt):
         base = {"kind": spec.kind, "file": spec.file, "precision": spec.precision}
@@ -209,7 +218,8 @@ def _log_to_mlflow(doc: dict[str, Any], workdir: Path, x: torch.Tensor, device, 
         if entry["status"] == "built":
             metrics[f"optimize/{name}/size_mb"] = entry["size_bytes"] / 2**20
             metrics[f"optimize/{name}/build_s"] = entry["build_seconds"]
-            mlflow.log_artifact(str(workdir / entry["file"]), artifact_path="optimized")
+            for file in variant_files(entry):
+                mlflow.log_artifact(str(workdir / file), artifact_path="optimized")
     mlflow.log_metrics(metrics, step=0)
     mlflow.log_dict(doc, f"optimized/{VARIANTS_FILE}")
     env = doc["environment"]
@@ -220,10 +230,13 @@ def _log_to_mlflow(doc: dict[str, Any], workdir: Path, x: torch.Tensor, device, 
         for name, entry in doc["variants"].items():
             if entry["status"] != "built":
                 continue
-            local = mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path=f"optimized/{entry['file']}", dst_path=tmp
-            )
-            runner = load_variant_file(entry, Path(local), device)
+            local = {
+                file: mlflow.artifacts.download_artifacts(
+                    run_id=run_id, artifact_path=f"optimized/{file}", dst_path=tmp
+                )
+                for file in variant_files(entry)
+            }
+            runner = load_variant_file(entry, Path(local[entry["file"]]), device)
             with torch.inference_mode():
                 runner(x[: cfg.optimize.min_batch].to(DTYPES[entry["precision"]]))
             print(f"  {name}: reloaded from MLflow", file=sys.stderr)

@@ -9,6 +9,15 @@ Builders: ``steps.optimize.builders``; the parity gate: ``steps.optimize.gate``.
 | aoti | aoti.pt2 | AOTInductor package of the exported program | fp32; GPU fp16/bf16 |
 | aoti_bf16 | aoti_bf16.pt2 | the same in BF16, CPUs with AMX / AVX512-BF16 only | bf16 |
 | tensorrt_fp32/16 | tensorrt_*.ep | torch-tensorrt dynamo path, exported program | fp32, fp16 |
+| tensorrt_int8 | tensorrt_int8.ep | the same, INT8 calibrated (CUDA only; skipped here) | int8 |
+| onnx | model.onnx | ``torch.onnx.export(dynamo=True)``, run in ONNX Runtime | fp32 |
+| onnx_int8 | model_int8.onnx | ORT ``quantize_static``: QDQ, per-channel weights | int8 |
+| onnx_cuda / onnx_tensorrt | model.onnx | ORT's CUDA / TensorRT execution providers (CUDA) | fp32 |
+| openvino | openvino.xml/.bin | ``openvino.convert_model`` of the ONNX file, CPU plugin | fp32 |
+| openvino_int8 | openvino_int8.xml/.bin | NNCF ``nncf.quantize`` of that IR | int8 |
+
+The INT8 variants calibrate on ``calibration_samples`` training images and ship only with
+top-1 agreement >= ``int8_min_agreement`` against eager FP32 (``steps.optimize.gate``).
 
 TorchScript is built because the seed articles ask for it, although upstream now
 deprecates it in favour of ``torch.export``. Every file reloads without the training code.
@@ -28,8 +37,22 @@ from torch.fx.experimental.optimization import fuse
 from steps.common.config import OptimizeConfig
 from steps.common.inference import DTYPES, Runner
 
-KINDS = ("torchscript", "export", "aoti", "tensorrt")
-NAMES = ("torchscript", "export", "aoti", "aoti_bf16", "tensorrt_fp32", "tensorrt_fp16")
+KINDS = ("torchscript", "export", "aoti", "tensorrt", "onnx", "openvino")
+NAMES = (
+    "torchscript",
+    "export",
+    "aoti",
+    "aoti_bf16",
+    "tensorrt_fp32",
+    "tensorrt_fp16",
+    "tensorrt_int8",
+    "onnx",
+    "onnx_int8",
+    "onnx_cuda",
+    "onnx_tensorrt",
+    "openvino",
+    "openvino_int8",
+)
 
 
 class SkipVariant(RuntimeError):
@@ -42,6 +65,7 @@ class Spec:
     kind: str
     precision: str
     file: str
+    provider: str = ""  # ONNX Runtime execution provider of an onnx variant ("": CPU)
 
 
 @dataclass
@@ -50,8 +74,14 @@ class BuildContext:
     device: torch.device
     cfg: OptimizeConfig
     workdir: Path
+    # Normalised training images INT8 calibrates on (NCHW float32, CPU).
+    calibration: torch.Tensor | None = None
     _exported: dict[str, torch.export.ExportedProgram] = field(default_factory=dict)
     batchnorm_folded: bool = False
+
+    @property
+    def threads(self) -> int:
+        return self.cfg.cpu_threads or torch.get_num_threads()
 
     def example(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         # Batch 2 or more: torch.export specialises sizes 0 and 1.
@@ -87,6 +117,10 @@ def fold_batchnorm(model: nn.Module) -> tuple[nn.Module, bool]:
 def specs(kinds: list[str], device: torch.device, cfg: OptimizeConfig) -> list[Spec]:
     """The variants the configured kinds expand to on this device."""
     half = cfg.gpu_precision if device.type == "cuda" else "fp32"
+
+    def int8(specs: list[Spec]) -> list[Spec]:
+        return specs if cfg.int8 else []
+
     aoti = [Spec("aoti", "aoti", half, "aoti.pt2")]
     if device.type == "cpu" and cfg.cpu_bf16:
         aoti.append(Spec("aoti_bf16", "aoti", "bf16", "aoti_bf16.pt2"))
@@ -97,6 +131,18 @@ def specs(kinds: list[str], device: torch.device, cfg: OptimizeConfig) -> list[S
         "tensorrt": [
             Spec("tensorrt_fp32", "tensorrt", "fp32", "tensorrt_fp32.ep"),
             Spec("tensorrt_fp16", "tensorrt", "fp16", "tensorrt_fp16.ep"),
+            *int8([Spec("tensorrt_int8", "tensorrt", "int8", "tensorrt_int8.ep")]),
+        ],
+        # The ONNX file comes first: OpenVINO converts it, the CUDA providers run it.
+        "onnx": [
+            Spec("onnx", "onnx", "fp32", "model.onnx"),
+            *int8([Spec("onnx_int8", "onnx", "int8", "model_int8.onnx")]),
+            Spec("onnx_cuda", "onnx", "fp32", "model.onnx", "CUDAExecutionProvider"),
+            Spec("onnx_tensorrt", "onnx", "fp32", "model.onnx", "TensorrtExecutionProvider"),
+        ],
+        "openvino": [
+            Spec("openvino", "openvino", "fp32", "openvino.xml"),
+            *int8([Spec("openvino_int8", "openvino", "int8", "openvino_int8.xml")]),
         ],
     }
     return [spec for kind in kinds for spec in table[kind]]

@@ -87,12 +87,28 @@ class TrainConfig(Section):
 
 
 class OptimizeConfig(Section):
-    variants: list[Literal["torchscript", "export", "aoti", "tensorrt"]] = Field(
-        default_factory=lambda: ["torchscript", "export", "aoti", "tensorrt"],
-        description="variants to build",
+    variants: list[Literal["torchscript", "export", "aoti", "tensorrt", "onnx", "openvino"]] = (
+        Field(
+            default_factory=lambda: [
+                "torchscript",
+                "export",
+                "aoti",
+                "tensorrt",
+                "onnx",
+                "openvino",
+            ],
+            description="variants to build (onnx and openvino include their INT8 variants)",
+        )
     )
     optional_variants: list[str] = Field(
-        default_factory=lambda: ["tensorrt", "aoti_bf16"],
+        default_factory=lambda: [
+            "tensorrt",
+            "aoti_bf16",
+            "onnx_int8",
+            "openvino_int8",
+            "onnx_cuda",
+            "onnx_tensorrt",
+        ],
         description="variants whose failure (or absence) does not fail the step",
     )
     min_batch: int = Field(1, ge=1, description="smallest batch of the dynamic range")
@@ -127,6 +143,31 @@ class OptimizeConfig(Section):
     )
     aoti_max_autotune: bool = Field(
         True, description="AOTInductor on GPU: max-autotune kernel search (slower compile)"
+    )
+    int8: bool = Field(True, description="also build INT8 (post-training static) variants")
+    int8_min_agreement: float = Field(
+        0.99,
+        gt=0,
+        le=1,
+        description="INT8 gate: top-1 agreement with eager FP32 on the test split; one below "
+        "is not shipped",
+    )
+    int8_parity_samples: int = Field(
+        2000, ge=1, description="test images the INT8 gate compares on"
+    )
+    calibration_samples: int = Field(
+        300, ge=1, description="training images INT8 quantization calibrates on"
+    )
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        description="intra-op threads of ONNX Runtime and OpenVINO; null: torch's thread count",
+    )
+    openvino_throughput_batch: int = Field(
+        64,
+        ge=1,
+        description="OpenVINO: batches this large or larger run under the THROUGHPUT hint "
+        "(several streams), smaller ones under LATENCY",
     )
 
 

@@ -1,0 +1,55 @@
+"""The served champion: an MLflow pyfunc (models-from-code) over the portable variants.
+
+Logged by ``steps.common.serving.log`` with this file as the model's code and
+``runners.py`` beside it in ``code_paths``; ``mlflow models serve`` executes it with only
+numpy, pandas, mlflow and the runtimes (no torch, no ``steps``). ``predict`` takes uint8
+``N x 32 x 32 x 3`` RGB images as staged, normalises them inside, runs each request on the
+variant measured fastest at its batch size, and returns per image the class index, its name
+and the ten probabilities.
+"""
+
+import json
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import runners  # from the model's code_paths, not the steps package
+from mlflow.exceptions import MlflowException
+
+SHAPE = (32, 32, 3)
+
+
+class CifarClassifier(mlflow.pyfunc.PythonModel):
+    def load_context(self, context):
+        folder = Path(context.artifacts["variants"])
+        meta = json.loads((folder / "serving.json").read_text())
+        self.classes = list(meta["classes"])
+        self.mean, self.std = meta["mean"], meta["std"]
+        loaded = {
+            name: runners.load_runner(v["kind"], folder / v["file"], v["details"], meta["threads"])
+            for name, v in meta["variants"].items()
+        }
+        fastest = {int(b): name for b, name in meta["fastest_by_batch"].items()}
+        self.dispatch = runners.Dispatcher(loaded, fastest)
+
+    def predict(self, context, model_input, params=None):
+        images = np.asarray(model_input)
+        # The signature already enforces this when served; a direct call is checked here.
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != SHAPE:
+            raise MlflowException.invalid_parameter_value(
+                f"expected uint8 images of shape (-1, 32, 32, 3), got {images.dtype} {images.shape}"
+            )
+        logits = self.dispatch(runners.normalise_uint8(images, self.mean, self.std))
+        probs = runners.softmax(logits.astype(np.float64)).astype(np.float32)
+        index = probs.argmax(axis=1)
+        return pd.DataFrame(
+            {
+                "class": index.astype(np.int64),
+                "class_name": [self.classes[i] for i in index],
+                "probabilities": list(probs),
+            }
+        )
+
+
+mlflow.models.set_model(CifarClassifier())

@@ -244,9 +244,16 @@ def test_mlflow_gets_files_numbers_and_environment(
     args = optimize_args(
         bundle.model_uri, bundle.dataset_uri, tmp_path / "opt", "optimize.variants=[torchscript]"
     )
-    optimize.run(args)
     client = mlflow.MlflowClient(mlflow_server.uri)
-    run = client.search_runs(client.search_experiments()[0].experiment_id)[0]
+
+    def run_ids() -> set[str]:  # the server is shared with other tests: find this test's run
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        return {r.info.run_id for r in client.search_runs(experiments)} if experiments else set()
+
+    before = run_ids()
+    optimize.run(args)
+    (run_id,) = run_ids() - before
+    run = client.get_run(run_id)
     metrics = run.data.metrics
     assert metrics["optimize/torchscript/built"] == 1.0
     assert metrics["optimize/torchscript/max_abs_diff"] <= 1e-3

@@ -181,8 +181,10 @@ def run(args: argparse.Namespace) -> int:
     # -p values are checked as the config fields they stand for; the template keeps the
     # config's values as defaults, the run gets the given ones
     base = submit.resolve_config(load_config(args.config, args.overrides), os.environ)
-    overrides = [*args.overrides, *parameters.as_overrides(values)]
-    given = submit.resolve_config(load_config(args.config, overrides), os.environ)
+    given = base
+    if values:  # loaded again so each value is checked and reported as its field
+        overrides = [*args.overrides, *parameters.as_overrides(values)]
+        given = submit.resolve_config(load_config(args.config, overrides), os.environ)
     nproc_per_node(given)  # the run's processes must fit its GPUs, whatever the template's
     if args.render_runtime:
         applied = {k: v for k, v in labels(base).items() if k != "app.kubernetes.io/managed-by"}

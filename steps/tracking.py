@@ -152,12 +152,14 @@ def copy_pictures(run_id: str, directory: Path) -> list[str]:
     the run is already ended, so a picture that cannot be read is skipped, not an error."""
     client = mlflow.MlflowClient()
     directory.mkdir(parents=True, exist_ok=True)
-    copied = []
+    copied: list[str] = []
+    listed: dict[str, set[str]] = {}
     for name, artifact in PICTURES.items():
         folder, _, _ = artifact.rpartition("/")
         try:
-            present = {a.path for a in client.list_artifacts(run_id, folder)}
-            if artifact not in present:
+            if folder not in listed:  # one listing per folder: two pictures share plots/
+                listed[folder] = {a.path for a in client.list_artifacts(run_id, folder)}
+            if artifact not in listed[folder]:
                 continue
             with tempfile.TemporaryDirectory(prefix="pictures-") as tmp:
                 local = client.download_artifacts(run_id, artifact, tmp)

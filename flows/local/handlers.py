@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 
 @dataclass
 class ProcessSpec:
@@ -117,17 +119,8 @@ class SubprocessHandler:
 
 
 def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from /proc; empty where there is none)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    """Every live process below ``pid`` (empty when it is gone)."""
+    try:
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()

@@ -4,7 +4,6 @@ artifact's ``raw.data`` (``resource.manifestFrom.artifact``)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -13,7 +12,14 @@ import yaml
 
 from flows.local.checks import UnsupportedFeature
 from flows.local.handlers import ProcessSpec
-from flows.local.tasks import free_port, local_argv, processes_per_node, pytorchjob_process
+from flows.local.tasks import (
+    container_env,
+    local_argv,
+    named,
+    processes_per_node,
+    pytorchjob_process,
+    single_node_env,
+)
 
 TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
 
@@ -57,26 +63,11 @@ def trainjob_process(
     trainer = job.get("spec", {}).get("trainer", {})
     nodes = int(trainer.get("numNodes", 1))
     nproc = processes_per_node(trainer.get("numProcPerNode"))
-    env = {**base_env}
-    for item in trainer.get("env", []):
-        if "value" not in item:
-            raise UnsupportedFeature(f"TrainJob trainer.env {item.get('name')}: valueFrom")
-        env[item["name"]] = str(item["value"])
-    env.update(
-        PET_NNODES="1",
-        PET_NPROC_PER_NODE=str(nodes * nproc),
-        PET_NODE_RANK="0",
-        PET_MASTER_ADDR="127.0.0.1",
-        PET_MASTER_PORT=str(free_port()),
-        CIFAR_OUTPUTS_DIR=str(task_dir / "outputs"),
-    )
+    env = container_env(trainer, base_env)  # trainer.env is a container's env list
+    env.update(single_node_env(nodes * nproc, task_dir))
     argv = [*trainer.get("command", []), *trainer.get("args", [])]
     if not argv:
         raise UnsupportedFeature("TrainJob without trainer.command (the runtime's is not known)")
     if PurePosixPath(argv[0]).name != "torchrun":
         argv = ["torchrun", "--no-python", *argv]
-    job.setdefault("metadata", {}).setdefault(
-        "name",
-        job["metadata"].get("generateName", "trainjob-") + f"{int(time.time()) % 100000:05d}",
-    )
-    return ProcessSpec(local_argv(argv), env, cwd), job
+    return ProcessSpec(local_argv(argv), env, cwd), named(job, "trainjob-")

@@ -230,15 +230,19 @@ class LocalRunner(TaskExecution):
         failed = False
         while True:
             if not failed or not self.fail_fast:  # Argo's dag.failFast, true by default
+                started = False
                 for name, task in by_name.items():
-                    record = self.tasks[name]
-                    deps = [self.tasks[d] for d in self._dependencies(task)]
                     if len(running) >= self.parallelism:
                         break
-                    if record.state is TaskState.PENDING and all(d.state.done_ok for d in deps):
+                    record = self.tasks[name]
+                    if record.state is not TaskState.PENDING:
+                        continue
+                    if all(self.tasks[d].state.done_ok for d in self._dependencies(task)):
                         record.state = TaskState.RUNNING
                         running[pool.submit(self._run_task, task, record)] = name
-                self.save_state()  # a task that is running shows so on disk
+                        started = True
+                if started:
+                    self.save_state()  # a task that is running shows so on disk
                 self.on_change(self)
             if not running:
                 break

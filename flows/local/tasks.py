@@ -22,6 +22,9 @@ import yaml
 from flows.local.checks import UnsupportedFeature
 from flows.local.handlers import ProcessSpec
 
+# steps.common.step_cli.OUTPUTS_ENV, not imported: the runner never imports step code
+OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
+
 
 def local_argv(argv: list[str]) -> list[str]:
     """The image's ``python``/``torchrun`` are this interpreter's on one machine."""
@@ -48,10 +51,35 @@ def container_env(container: Mapping[str, Any], base: Mapping[str, str]) -> dict
         if "value" in item:
             env[item["name"]] = str(item["value"])
         elif "valueFrom" in item:
-            key = item["valueFrom"]["secretKeyRef"]["key"]
-            if key in base:
-                env[item["name"]] = base[key]
+            secret = item["valueFrom"].get("secretKeyRef")
+            if secret is None:
+                raise UnsupportedFeature(f"env {item['name']}: valueFrom other than secretKeyRef")
+            if secret["key"] in base:
+                env[item["name"]] = base[secret["key"]]
     return env
+
+
+def single_node_env(nproc: int, task_dir: Path) -> dict[str, str]:
+    """The ``PET_*`` torchrun options of a one-node job (the operators set them per node),
+    and where rank 0 leaves its results (test accuracy, busy time) for the local summary:
+    not set by an operator."""
+    return {
+        "PET_NNODES": "1",
+        "PET_NODE_RANK": "0",
+        "PET_NPROC_PER_NODE": str(nproc),
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(free_port()),
+        OUTPUTS_ENV: str(task_dir / "outputs"),
+    }
+
+
+def named(job: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``job`` with the ``metadata.name`` the API server would give its ``generateName``."""
+    metadata = job.setdefault("metadata", {})
+    if "name" not in metadata:
+        suffix = f"{int(time.time()) % 100000:05d}"
+        metadata["name"] = metadata.get("generateName", prefix) + suffix
+    return job
 
 
 def output_dirs(template: Mapping[str, Any], task_dir: Path) -> dict[str, Path]:
@@ -91,7 +119,7 @@ def container_process(
     if not path_map:
         # Not set in a pod: lets a step that declares no outputs (the exit handler) leave
         # its summary.json (busy and start-up time) where benchmarks/local_overhead.py reads.
-        env.setdefault("CIFAR_OUTPUTS_DIR", str(task_dir / "outputs"))
+        env.setdefault(OUTPUTS_ENV, str(task_dir / "outputs"))
     return ProcessSpec(local_argv(argv), env, cwd, _deadline(template), path_map)
 
 
@@ -138,17 +166,7 @@ def pytorchjob_process(
         raise UnsupportedFeature("PyTorchJob Master without a container named pytorch")
     nproc = processes_per_node(job["spec"].get("nprocPerNode"))
     env = container_env(container, base_env)
-    env.update(
-        PET_NNODES="1",
-        PET_NODE_RANK="0",
-        PET_NPROC_PER_NODE=str(nproc),
-        PET_MASTER_ADDR="127.0.0.1",
-        PET_MASTER_PORT=str(free_port()),
-        MASTER_ADDR="127.0.0.1",
-        # Not set by the operator: lets rank 0 leave its results (test accuracy, busy
-        # time) where the local summary can show them.
-        CIFAR_OUTPUTS_DIR=str(task_dir / "outputs"),
-    )
+    env.update(single_node_env(nproc, task_dir), MASTER_ADDR="127.0.0.1")
     argv = [*container.get("command", []), *container.get("args", [])]
     if argv and PurePosixPath(argv[0]).name != "torchrun":
         raise UnsupportedFeature(
@@ -158,12 +176,7 @@ def pytorchjob_process(
     spec = ProcessSpec(
         local_argv(argv), env, cwd, float(deadline) if deadline else _deadline(template)
     )
-    job.setdefault("metadata", {})
-    if "name" not in job["metadata"]:
-        job["metadata"]["name"] = (
-            job["metadata"].get("generateName", "pytorchjob-") + f"{int(time.time()) % 100000:05d}"
-        )
-    return spec, job
+    return spec, named(job, "pytorchjob-")
 
 
 def json_path(document: Mapping[str, Any], path: str) -> str:

@@ -20,6 +20,7 @@ import torch
 from steps.common.config import StorageConfig
 from steps.common.device import cpu_bf16_features, cpu_capability
 from steps.common.inference import InputError, Runner, TrainedModel, read_json
+from steps.common.serving.runners import Dispatcher
 from steps.common.storage import StorageError, open_store
 
 VARIANTS_FILE = "variants.json"
@@ -142,19 +143,16 @@ class TorchAdapter:
         return torch.from_numpy(self.runner(x.detach().cpu().float().numpy()))
 
 
-class BatchSizeDispatch:
+class BatchSizeDispatch(Dispatcher):
     """An AOTInductor package holding a small-batch and a large-batch program of one model
     (see ``steps.optimize.variants.build_aoti``): batches up to ``small_max`` run the first."""
 
     def __init__(self, path: Path, small_max: int) -> None:
         from torch._inductor.package import load_package
 
-        self.small = load_package(str(path), SMALL_BATCH_PROGRAM)
-        self.large = load_package(str(path), LARGE_BATCH_PROGRAM)
+        programs = {name: load_package(str(path), name) for name in AOTI_PROGRAMS}
+        super().__init__(programs, {1: SMALL_BATCH_PROGRAM, small_max + 1: LARGE_BATCH_PROGRAM})
         self.small_max = small_max
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return (self.small if x.shape[0] <= self.small_max else self.large)(x)
 
 
 def variant_files(entry: dict[str, Any]) -> list[str]:

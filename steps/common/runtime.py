@@ -28,6 +28,25 @@ VARIANTS_FILE = "variants.json"
 LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM = "model", "small_batch"
 AOTI_PROGRAMS = (LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM)
 PORTABLE_KINDS = ("onnx", "openvino")  # run without torch (steps.common.serving.runners)
+# The variant to run when no benchmark measured them here: fastest first, as measured on a
+# CPU (README, "Benchmarks": INT8 3.5-4x FP32; OpenVINO, then ONNX Runtime, then
+# AOTInductor) and on a GPU (TensorRT first); a variant that cannot run here is passed over.
+# Every variant ``steps.optimize`` makes is listed (tests/test_predict.py checks).
+PREFERENCE = (
+    "tensorrt_int8",
+    "tensorrt_fp16",
+    "tensorrt_fp32",
+    "onnx_tensorrt",
+    "onnx_cuda",
+    "openvino_int8",
+    "onnx_int8",
+    "aoti_bf16",
+    "openvino",
+    "onnx",
+    "aoti",
+    "torchscript",
+    "export",
+)
 
 
 class VariantUnavailable(RuntimeError):
@@ -79,6 +98,12 @@ def load_variants(
             yield LoadedVariant(name, entry, status="unavailable", reason=str(exc))
             continue
         yield LoadedVariant(name, entry, runner)
+
+
+def variant_order(doc: dict[str, Any]) -> list[str]:
+    """The variants of ``doc`` to try, best first, where no benchmark measured them:
+    ``PREFERENCE``, then any it does not name yet (a newer optimize), in ``doc``'s order."""
+    return [n for n in dict.fromkeys([*PREFERENCE, *doc["variants"]]) if n in doc["variants"]]
 
 
 def read_variants(uri: str, storage: StorageConfig) -> dict[str, Any]:

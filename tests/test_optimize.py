@@ -35,6 +35,7 @@ from tests.test_optimize_support import (  # noqa: F401
 )
 
 HAS_TENSORRT = torch.cuda.is_available() and importlib.util.find_spec("torch_tensorrt") is not None
+HAS_MODELOPT = importlib.util.find_spec("modelopt") is not None  # TensorRT INT8 (ModelOpt PTQ)
 
 
 def _doc(b: Bundle) -> dict:
@@ -60,7 +61,7 @@ def test_aoti_bf16_skipped_with_reason_on_cpus_without_bf16(bundle: Bundle) -> N
     assert "no native BF16" in entry["reason"]
 
 
-@pytest.mark.parametrize("name", ["tensorrt_fp32", "tensorrt_fp16"])
+@pytest.mark.parametrize("name", ["tensorrt_fp32", "tensorrt_fp16", "tensorrt_int8"])
 @pytest.mark.skipif(HAS_TENSORRT, reason="CUDA and torch-tensorrt present: TensorRT is built")
 def test_tensorrt_recorded_as_skipped_with_reason(bundle: Bundle, name: str) -> None:  # noqa: F811
     entry = _doc(bundle)["variants"][name]
@@ -68,6 +69,10 @@ def test_tensorrt_recorded_as_skipped_with_reason(bundle: Bundle, name: str) -> 
     assert entry["optional"]
     expected = "no CUDA device" if not torch.cuda.is_available() else "torch-tensorrt"
     assert expected in entry["reason"]
+    if name == "tensorrt_int8" and not HAS_MODELOPT:  # every absence named, not the first
+        assert entry["reason"].endswith(
+            "nvidia-modelopt is not installed (pip install 'cifar-pipeline[tensorrt]')"
+        )
     assert not (bundle.root / "opt" / entry["file"]).exists()
 
 
@@ -269,6 +274,6 @@ def test_tensorrt_variants_pass_parity_on_gpu(bundle: Bundle, tmp_path: Path) ->
         bundle.model_uri, bundle.dataset_uri, tmp_path / "opt", "optimize.variants=[tensorrt]"
     )
     doc = optimize.run(args)["doc"]
-    for name in ("tensorrt_fp32", "tensorrt_fp16"):
+    for name in ("tensorrt_fp32", "tensorrt_fp16", *(["tensorrt_int8"] if HAS_MODELOPT else [])):
         assert doc["variants"][name]["status"] == "built", doc["variants"][name]
         assert doc["variants"][name]["parity"]["passed"]

@@ -9,6 +9,7 @@ without the training code.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -154,6 +155,10 @@ def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -
             import torch_tensorrt
         except ImportError:
             raise VariantUnavailable("torch-tensorrt is not installed") from None
+        if entry["precision"] == "int8":
+            # ModelOpt registers its quantize ops; needed only where one stayed in PyTorch.
+            with contextlib.suppress(ImportError):
+                import modelopt.torch.quantization  # noqa: F401
         return torch_tensorrt.load(str(path)).module()
     raise VariantUnavailable(f"unknown variant kind {kind!r}")
 

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import mlflow
@@ -18,7 +19,7 @@ import pytest
 import torch
 from torch._inductor.package import load_package
 
-from steps.common.config import ConfigError, OptimizeConfig
+from steps.common.config import ConfigError, OptimizeConfig, load_config
 from steps.common.device import cpu_capability
 from steps.common.inference import InputError
 from steps.common.runtime import SMALL_BATCH_PROGRAM, BatchSizeDispatch, load_variant_file
@@ -277,3 +278,21 @@ def test_tensorrt_variants_pass_parity_on_gpu(bundle: Bundle, tmp_path: Path) ->
     for name in ("tensorrt_fp32", "tensorrt_fp16", *(["tensorrt_int8"] if HAS_MODELOPT else [])):
         assert doc["variants"][name]["status"] == "built", doc["variants"][name]
         assert doc["variants"][name]["parity"]["passed"]
+
+
+CONFIGS = sorted((REPO_ROOT / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_variant_a_config_names_is_known(path: Path) -> None:
+    # optional_variants is checked only when optimize runs: a typo would surface on a cluster.
+    opt = load_config(path).optimize
+    assert set(opt.variants) <= set(variants.KINDS), opt.variants
+    unknown = set(opt.optional_variants) - set(variants.KINDS) - set(variants.NAMES)
+    assert not unknown, f"{path.name}: optimize.optional_variants names {sorted(unknown)}"
+
+
+def test_config_variant_kinds_are_the_kinds_optimize_builds() -> None:
+    (literal,) = typing.get_args(OptimizeConfig.model_fields["variants"].annotation)
+    kinds = set(typing.get_args(literal))
+    assert kinds == set(variants.KINDS) == set(builders.BUILDERS)

@@ -27,6 +27,7 @@ from mlflow.exceptions import MlflowException
 from steps.benchmark import step as benchmark
 from steps.common.config import PipelineConfig
 from steps.common.inference import load_test_split, load_trained, normalize
+from steps.common.serving.log import CLASSIFIER, CODE_PATHS
 from steps.common.serving.strict_input import exact_array, install
 from tests.servers import free_port
 from tests.test_benchmark import bench_args
@@ -244,3 +245,20 @@ def test_install_is_scoped_to_the_served_spec() -> None:
         )
     finally:
         proto_json_utils.convert_data_type = before
+
+
+def test_served_code_imports_neither_torch_nor_steps() -> None:
+    # What ``mlflow models serve`` executes: classifier.py and its code_paths, alone.
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = sys.modules['steps'] = None  # any import of them fails\n"
+        f"sys.path.insert(0, {str(Path(CLASSIFIER).parent)!r})\n"
+        f"import {', '.join(p.stem for p in CODE_PATHS)}, classifier\n"
+        "print('loaded')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "loaded"

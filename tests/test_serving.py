@@ -224,7 +224,7 @@ def test_exact_array_refuses_what_a_cast_would_change(data: list, got: str | Non
     assert err.value.get_http_status_code() == 400
 
 
-def test_install_is_scoped_to_the_served_spec() -> None:
+def test_install_is_scoped_to_the_served_specs() -> None:
     from mlflow.types import TensorSpec
     from mlflow.utils import proto_json_utils
 
@@ -232,13 +232,19 @@ def test_install_is_scoped_to_the_served_spec() -> None:
     # Logging the champion in this process (the fixtures) loaded the model: installed once.
     mlflows = getattr(before, "wrapped", before)
     assert mlflows.__module__ == "mlflow.utils.proto_json_utils"
-    ours = TensorSpec(np.dtype(np.uint8), (-1, 2))
+    pairs = TensorSpec(np.dtype(np.uint8), (-1, 2))
+    int16s = TensorSpec(np.dtype(np.int16), (-1, 1))
     try:
-        install(ours, "pairs")
-        install(ours, "pairs")  # a second model load wraps MLflow's function, not ours
+        proto_json_utils.convert_data_type = mlflows
+        install(pairs, "pairs")
+        install(int16s, "int16s")  # a second model in the same process
+        install(pairs, "pairs")  # the first loaded again: one wrapper, each spec once
         assert proto_json_utils.convert_data_type.wrapped is mlflows
-        with pytest.raises(MlflowException, match=r"non-integer values such as 0\.5"):
-            proto_json_utils.convert_data_type([[0.5, 1]], ours)
+        assert len(proto_json_utils.convert_data_type.strict_specs) == 2
+        with pytest.raises(MlflowException, match=r"expected pairs; got non-integer .* 0\.5"):
+            proto_json_utils.convert_data_type([[0.5, 1]], pairs)
+        with pytest.raises(MlflowException, match=r"expected int16s; got values from 1 to 40000"):
+            proto_json_utils.convert_data_type([[1], [40000]], int16s)
         other = TensorSpec(np.dtype(np.uint8), (-1, 3))  # another model's spec: MLflow's cast
         np.testing.assert_array_equal(
             proto_json_utils.convert_data_type([[0.5, 1, 2]], other), [[0, 1, 2]]

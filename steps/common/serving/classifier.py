@@ -1,13 +1,14 @@
 """The served champion: an MLflow pyfunc (models-from-code) over the portable variants.
 
 Logged by ``steps.common.serving.log`` with this file as the model's code and
-``runners.py`` beside it in ``code_paths``; ``mlflow models serve`` executes it with only
-numpy, pandas, mlflow and the runtimes (no torch, no ``steps``). ``predict`` takes uint8
-``N x 32 x 32 x 3`` RGB images as staged, normalises them inside, runs each request on the
-variant measured fastest at its batch size, and returns per image the class index, its name
-and the ten probabilities. A JSON request whose values are not such pixels (normalised
-floats, values past 255, another shape) is refused with a 400 before it is cast
-(``strict_input``).
+``runners.py`` and ``strict_input.py`` beside it in ``code_paths``; ``mlflow models serve``
+executes it with only numpy, pandas, mlflow and the runtimes (no torch, no ``steps``).
+``predict`` takes uint8 ``N x 32 x 32 x 3`` RGB images as staged, normalises them inside,
+runs each request on the variant measured fastest at its batch size, and returns per image
+the class index, its name and the ten probabilities. A JSON request whose values are not
+such pixels (normalised floats, values past 255, another shape) is refused with a 400
+before MLflow would cast it (``strict_input``, installed for this model's input spec when
+it loads).
 """
 
 import json

@@ -52,22 +52,29 @@ def exact_array(data: Any, dtype: np.dtype, shape: tuple[int, ...], expected: st
 
 def install(spec: Any, expected: str) -> None:
     """Parse requests for ``spec`` (an integer-dtype TensorSpec) with ``exact_array`` in this
-    process's scoring server; other specs keep MLflow's own conversion."""
+    process; other specs keep MLflow's own conversion. Each model loaded adds its spec to
+    the one wrapper (a process may load several, and MLflow may import this file anew)."""
     from mlflow.utils import proto_json_utils
 
-    original = getattr(proto_json_utils, "convert_data_type", None)
-    if original is None:  # a future MLflow moved it: fail loudly, not cast silently again
+    current = getattr(proto_json_utils, "convert_data_type", None)
+    if current is None:  # a future MLflow moved it: fail loudly, not cast silently again
         raise RuntimeError(
             "mlflow.utils.proto_json_utils.convert_data_type is gone in this MLflow; "
             "the served model cannot refuse lossy input (update strict_input.py)"
         )
-    original = getattr(original, "wrapped", original)  # installed twice: wrap MLflow's once
-    dtype, shape = np.dtype(spec.type), tuple(spec.shape)
+    strict: list[tuple[Any, str]] | None = getattr(current, "strict_specs", None)
+    if strict is None:
+        strict, original = [], current
 
-    def convert_data_type(data: Any, requested: Any) -> Any:
-        if requested == spec:
-            return exact_array(data, dtype, shape, expected)
-        return original(data, requested)
+        def convert_data_type(data: Any, requested: Any) -> Any:
+            for known, described in strict:
+                if requested == known:
+                    shape = tuple(known.shape)
+                    return exact_array(data, np.dtype(known.type), shape, described)
+            return original(data, requested)
 
-    convert_data_type.wrapped = original  # type: ignore[attr-defined]
-    proto_json_utils.convert_data_type = convert_data_type
+        convert_data_type.strict_specs = strict  # type: ignore[attr-defined]
+        convert_data_type.wrapped = original  # type: ignore[attr-defined]
+        proto_json_utils.convert_data_type = convert_data_type
+    if not any(known == spec for known, _ in strict):
+        strict.append((spec, expected))

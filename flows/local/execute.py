@@ -23,6 +23,7 @@ from flows.local.tasks import container_process, read_outputs, small_files
 
 class TaskExecution:
     globals: dict[str, str]
+    entry_inputs: dict[str, str]
     tasks: dict[str, TaskRecord]
     templates: dict[str, dict[str, Any]]
     memo: MemoCache
@@ -36,7 +37,7 @@ class TaskExecution:
     on_change: Any
 
     def _scope(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        scope = dict(self.globals)
+        scope = {**self.globals, **self.entry_inputs}
         for name, record in self.tasks.items():
             scope.update(task_variables(name, record, self.templates.get(record.template, {})))
         return {**scope, **(extra or {})}

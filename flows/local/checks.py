@@ -190,7 +190,9 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     for parameter in template.get("inputs", {}).get("parameters", []):
         problems += _extra(f"{where} input {parameter.get('name')}", parameter, PARAMETER_FIELDS)
     for artifact in inputs.get("artifacts", []):  # raw ones feed resource.manifestFrom
-        if set(artifact) - {"name", "raw"} or "manifestFrom" not in template.get("resource", {}):
+        # (its path, where Argo's executor would write it, matters only in a pod)
+        extra = set(artifact) - {"name", "raw", "path"}
+        if extra or "manifestFrom" not in template.get("resource", {}):
             problems.append(f"{where}: input artifact {artifact.get('name')}")
     for parameter in template.get("outputs", {}).get("parameters", []):
         problems += _extra(f"{where} output {parameter.get('name')}", parameter, PARAMETER_FIELDS)

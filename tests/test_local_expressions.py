@@ -9,6 +9,7 @@ test/e2e/functional/ with the outcomes test/e2e/functional_test.go asserts for t
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -327,14 +328,21 @@ def workflow(tasks: list[dict], templates: list[dict], **spec: Any) -> dict[str,
 
 
 def test_a_failed_when_expression_is_an_error_not_a_failure(tmp_path: Path) -> None:
+    report = f"echo {{{{workflow.status}}}} > {tmp_path}/status; "
+    report += f"cat > {tmp_path}/failures <<'END'\n{{{{workflow.failures}}}}\nEND\n"
+    bye = {"name": "bye", "container": {"image": "i", "command": ["sh", "-c", report]}}
     manifest = workflow(
         [{"name": "a", "template": "say", "when": "{{=asInt('x') > 1}}"}],
-        [say("{{inputs.parameters.m}}")],
+        [say("{{inputs.parameters.m}}"), bye],
+        onExit="bye",
     )
     result = run(tmp_path, manifest)
     assert result.status == "Error"
     assert states(result) == {"a": "Error"}
     assert "invalid operation: int(x)" in result.tasks["a"].message
+    assert (tmp_path / "status").read_text().strip() == "Error"
+    (failure,) = json.loads((tmp_path / "failures").read_text())
+    assert (failure["displayName"], failure["phase"]) == ("a", "Error")
 
 
 def test_status_and_outputs_of_earlier_tasks_in_when_and_expressions(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from flows.local.checks import substitute
+from flows.local.checks import UnsupportedFeature, substitute
 from flows.local.conditions import depends_logic, depends_true, task_results, when_true
 from flows.local.expr_syntax import ExpressionError
 from flows.local.records import TaskRecord, TaskState
@@ -58,7 +58,10 @@ def when_says_run(task: Mapping[str, Any], scope: Mapping[str, str]) -> tuple[bo
     when = task.get("when")
     if when in (None, ""):
         return True, ""
-    text = substitute(str(when), scope)
+    try:
+        text = substitute(str(when), scope)
+    except UnsupportedFeature as exc:  # a name with no value: Argo's Error, not a Failure
+        raise ExpressionError(f"when {when!r}: {exc}") from None
     return when_true(text), text
 
 

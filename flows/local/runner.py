@@ -171,7 +171,7 @@ class LocalRunner(TaskExecution):
                 self._finish("Failed", stop)
                 raise stop from None
             self._finish(status, None)
-            if self.exit_task and self.exit_task.state is TaskState.FAILED:
+            if self.exit_task and self.exit_task.state in (TaskState.FAILED, TaskState.ERRORED):
                 status = self.globals["workflow.status"] = "Failed"  # as Argo marks it
                 self.save_state()
         return RunResult(
@@ -186,8 +186,8 @@ class LocalRunner(TaskExecution):
         self.globals["workflow.failures"] = json.dumps(
             [
                 {"displayName": r.name, "message": r.message, "templateName": r.template,
-                 "phase": "Failed", "podName": r.name, "finishedAt": _rfc3339(r.finished)}
-                for r in self.tasks.values() if r.state is TaskState.FAILED
+                 "phase": r.state.phase, "podName": r.name, "finishedAt": _rfc3339(r.finished)}
+                for r in self.tasks.values() if r.state in (TaskState.FAILED, TaskState.ERRORED)
             ]
         )  # fmt: skip
         self.save_state()

@@ -227,3 +227,23 @@ def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) 
     train = next(t for t in manifest["spec"]["templates"] if t["name"] == "train")
     assert "kind: TrainJob" in train["inputs"]["artifacts"][0]["raw"]["data"]
     assert state["exit_handler"]["state"] == "Succeeded"
+
+
+@pytest.mark.parametrize("config", ["local", "smoke", "cluster", "kind"])
+@pytest.mark.parametrize("launcher", ["pytorchjob", "trainjob"])
+def test_the_runner_accepts_the_pipeline_template_of_every_config(
+    config: str, launcher: str
+) -> None:
+    """What a local run executes (the Workflow of the WorkflowTemplate) passes every check:
+    its {{=...}} expressions included."""
+    from flows.cifar import build_submission, build_template
+    from flows.local.checks import unsupported
+    from flows.local.lint import lint
+    from flows.local.resolve import resolve
+    from steps.common.config import REPO_ROOT, load_config
+
+    cfg = load_config(REPO_ROOT / "configs" / f"{config}.yaml", [f"train.launcher={launcher}"])
+    template = build_template(cfg).to_dict()
+    manifest = resolve(build_submission(cfg, {"nodes": "2"}).to_dict(), [template], {"nodes": "2"})
+    assert unsupported(manifest) + lint(manifest) == []
+    assert any("{{=" in str(t.get("memoize", "")) for t in manifest["spec"]["templates"])

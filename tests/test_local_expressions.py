@@ -367,3 +367,21 @@ def test_status_and_outputs_of_earlier_tasks_in_when_and_expressions(tmp_path: P
     assert states(result) == {"a": "Succeeded", "b": "Succeeded", "c": "Skipped", "d": "Omitted"}
     assert result.status == "Succeeded"
     assert "42" in log(result, "b")
+
+
+def test_entrypoint_inputs_take_the_arguments_and_their_expressions(tmp_path: Path) -> None:
+    # examples/expression-destructure-json.yaml's inputs, on a DAG entrypoint
+    config = '{"a": "1", "b": "2", "c": "3"}'
+    manifest = workflow(
+        [{"name": "a", "template": "say", "arguments": {"parameters": [
+            {"name": "m", "value": "{{inputs.parameters.a}}{{inputs.parameters.c}}"}]}}],
+        [say("{{inputs.parameters.m}}")],
+        arguments={"parameters": [{"name": "config", "value": config}]},
+    )  # fmt: skip
+    manifest["spec"]["templates"][0]["inputs"] = {"parameters": [
+        {"name": "a", "value": "{{=jsonpath(workflow.parameters.config, '$.a')}}"},
+        {"name": "c", "value": "{{=jsonpath(workflow.parameters.config, '$.c')}}"},
+    ]}  # fmt: skip
+    result = run(tmp_path, manifest)
+    assert result.status == "Succeeded"
+    assert log(result, "a").splitlines()[-1] == "13"

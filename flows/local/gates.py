@@ -17,6 +17,25 @@ from flows.local.records import TaskRecord, TaskState
 PURE_REFERENCE = re.compile(r"\{\{\s*tasks\.([\w-]+)\.outputs\.parameters\.([\w-]+)\s*\}\}")
 
 
+def entry_inputs(
+    entry: Mapping[str, Any], spec: Mapping[str, Any], globals_: Mapping[str, str]
+) -> dict[str, str]:
+    """The entrypoint's ``inputs.parameters``: Argo gives it the workflow's arguments by
+    name, and a value passed wins over the input's own ``value`` (docs/fields.md)."""
+    given = {p["name"]: p.get("value") for p in spec.get("arguments", {}).get("parameters", [])}
+    bound = {}
+    for parameter in entry.get("inputs", {}).get("parameters", []):
+        name = parameter["name"]
+        value = given.get(name, parameter.get("value", parameter.get("default")))
+        if value is None:
+            continue
+        try:
+            bound[f"inputs.parameters.{name}"] = substitute(str(value), globals_)
+        except (UnsupportedFeature, ExpressionError) as exc:
+            raise UnsupportedFeature(f"entrypoint input {name}: {exc}") from None
+    return bound
+
+
 def task_variables(name: str, record: TaskRecord, template: Mapping[str, Any]) -> dict[str, str]:
     """The ``tasks.<name>.*`` variables of one task for those after it."""
     variables = {f"tasks.{name}.outputs.parameters.{k}": v for k, v in record.outputs.items()}

@@ -28,7 +28,7 @@ from flows.local.checks import (
 )
 from flows.local.conditions import dag_phase, dependency_names, handles_failure
 from flows.local.execute import TaskExecution
-from flows.local.gates import depends_says_run
+from flows.local.gates import depends_says_run, entry_inputs
 from flows.local.handlers import SubprocessHandler, TaskHandler
 from flows.local.lint import lint
 from flows.local.memo import MemoCache, default_cache_dir
@@ -88,14 +88,7 @@ class LocalRunner(TaskExecution):
         entry = self.templates[spec["entrypoint"]]
         if "dag" not in entry:
             raise UnsupportedFeature(f"entrypoint {spec['entrypoint']!r} is not a DAG template")
-        given = {p["name"]: p.get("value") for p in spec.get("arguments", {}).get("parameters", [])}
-        self.entry_inputs = {  # Argo gives the entrypoint the workflow's arguments by name
-            f"inputs.parameters.{p['name']}": str(
-                given.get(p["name"], p.get("value", p.get("default")))
-            )
-            for p in entry.get("inputs", {}).get("parameters", [])
-            if given.get(p["name"], p.get("value", p.get("default"))) is not None
-        }
+        self.entry_inputs = entry_inputs(entry, spec, self.globals)
         self.dag = entry["dag"]["tasks"]
         self.fail_fast = entry["dag"].get("failFast", True) is not False
         limits = [int(x) for x in (spec.get("parallelism"), entry.get("parallelism")) if x]

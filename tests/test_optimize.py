@@ -21,7 +21,12 @@ from torch._inductor.package import load_package
 from steps.common.config import ConfigError, OptimizeConfig
 from steps.common.device import cpu_capability
 from steps.common.inference import InputError
-from steps.common.runtime import SMALL_BATCH_PROGRAM, BatchSizeDispatch, load_variant_file
+from steps.common.runtime import (
+    LARGE_BATCH_PROGRAM,
+    SMALL_BATCH_PROGRAM,
+    BatchSizeDispatch,
+    load_variant_file,
+)
 from steps.optimize import builders, variants
 from steps.optimize import step as optimize
 from steps.optimize.builders import SMALL_BATCH_PROBE_LIMIT
@@ -92,13 +97,12 @@ def test_aoti_small_batch_program_is_chosen_by_timing(bundle: Bundle) -> None:  
         return
     assert isinstance(runner, BatchSizeDispatch) and runner.small_max == crossover["max_batch"]
     ran = []
-    for name in ("small", "large"):
-        program = getattr(runner, name)
-        setattr(runner, name, lambda x, p=program, n=name: ran.append(n) or p(x))
+    for name, program in list(runner.runners.items()):
+        runner.runners[name] = lambda x, p=program, n=name: ran.append(n) or p(x)
     x = torch.randn(runner.small_max + 1, 3, 32, 32)
     with torch.inference_mode():
         small, large = runner(x[: runner.small_max]), runner(x)
-    assert ran == ["small", "large"]
+    assert ran == [SMALL_BATCH_PROGRAM, LARGE_BATCH_PROGRAM]
     # Both programs compute the same function.
     assert torch.allclose(small, large[: runner.small_max], atol=1e-4)
 

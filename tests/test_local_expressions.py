@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 from flows.local.checks import substitute, unsupported
-from flows.local.conditions import depends_logic, depends_true, task_results, when_true
+from flows.local.conditions import depends_logic, depends_true, task_results
 from flows.local.expressions import ExpressionError, environment, evaluate, render
 from flows.local.runner import LocalRunner
+from flows.local.when import when_true
 
 WEATHER = '{"weekWeather": "eyJ0ZW1wcyI6IFszNCwgMjcsIDE1LCA1NywgNDZdfQo="}'
 SCOPE = {

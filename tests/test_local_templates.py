@@ -171,7 +171,7 @@ def test_a_resource_other_than_a_training_job_is_refused(tmp_path: Path) -> None
 
 def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path) -> None:
     """flows/cifar.py's memoize key hashes the data-source parameter with Sprig, and
-    flows/train_step.py's job manifest counts Workers as {{=asInt(nodes) - 1}}."""
+    flows/train_step.py's multi-node job counts Workers as {{=asInt(nodes) - 1}}."""
     from flows.cifar import build_submission, build_template
     from flows.local.checks import substitute
     from steps.common.config import REPO_ROOT, load_config
@@ -190,7 +190,9 @@ def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path
     key = substitute(runner.templates["stage"]["memoize"]["key"], scope)
     assert key.endswith("-" + hashlib.sha256(b"synthetic:64").hexdigest()[:16])
     manifest = yaml.safe_load(
-        substitute(runner.templates["train"]["inputs"]["artifacts"][0]["raw"]["data"], scope)
+        substitute(
+            runner.templates["train-multinode"]["inputs"]["artifacts"][0]["raw"]["data"], scope
+        )
     )
     replicas = manifest["spec"]["pytorchReplicaSpecs"]
     assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)

@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from flows.local.checks import UnsupportedFeature, substitute
-from flows.local.conditions import depends_logic, depends_true, task_results, when_true
+from flows.local.conditions import depends_logic, depends_true, task_results
 from flows.local.expr_syntax import ExpressionError
 from flows.local.records import TaskRecord, TaskState
+from flows.local.when import when_true
 
 PURE_REFERENCE = re.compile(r"\{\{\s*tasks\.([\w-]+)\.outputs\.parameters\.([\w-]+)\s*\}\}")
 

@@ -209,6 +209,29 @@ def test_depends_truth_table(depends: str, phases: dict[str, str], expected: boo
     assert depends_true(logic, results) is expected
 
 
+@pytest.mark.parametrize(
+    ("task", "problem"),
+    [
+        ({"depends": "a && (b"}, "depends 'a && (b': a parenthesis is not closed"),
+        ({"depends": "a.Finished"}, "task result 'Finished'"),
+        ({"depends": "a || nobody"}, "depends 'a || nobody': no task 'nobody'"),
+        ({"dependencies": ["nobody"]}, "dependencies: no task 'nobody'"),
+        ({"depends": "a", "dependencies": ["a"]}, "depends and dependencies together"),
+    ],
+)
+def test_depends_that_cannot_be_evaluated_is_refused_before_the_run(
+    tmp_path: Path, task: dict[str, Any], problem: str
+) -> None:
+    manifest = workflow(
+        [{"name": "a", "template": "say"}, {"name": "t", "template": "say", **task}],
+        [say("hi")],
+    )
+    assert any(problem in p for p in unsupported(manifest)), unsupported(manifest)
+    with pytest.raises(ValueError, match="does not implement"):
+        LocalRunner(manifest, tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_plain_name_with_continue_on_failed_accepts_its_failure() -> None:
     # workflow/common/ancestry.go expandDependency
     logic = depends_logic({"depends": "a"}, {"a": {"continueOn": {"failed": True}}})

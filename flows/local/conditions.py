@@ -54,7 +54,8 @@ def depends_problems(task: Mapping[str, Any], known: set[str]) -> list[str]:
     """Why a task's ``depends`` cannot be evaluated: syntax, a result or task not there."""
     text = task.get("depends", "")
     if not text:
-        return []
+        unknown = [n for n in task.get("dependencies", []) if n not in known]
+        return [f"dependencies: no task {name!r}" for name in unknown]
     if task.get("dependencies"):
         return ["depends and dependencies together (Argo refuses both)"]
     try:

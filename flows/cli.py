@@ -154,7 +154,9 @@ def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     values = parameters.parse(args.parameters)
     base = cfg
     if values:  # the template's defaults are the config's own values, not the -p ones
-        base = localize(submit.resolve_config(load_config(args.config, args.overrides), os.environ))
+        base = localize(
+            argo_server.resolve_config(load_config(args.config, args.overrides), os.environ)
+        )
     revision = git_revision()
     code = run_local(
         build_submission(base, values, git_revision=revision),

@@ -254,10 +254,10 @@ class LocalRunner(TaskExecution):
                     record.state = TaskState.RUNNING
                     running[pool.submit(self._run_task, task, record)] = name
                     started = True
-                if omitted:  # what depends on an omitted task may be decided now
-                    continue
                 if started:
                     self.save_state()  # a task that is running shows so on disk
+                if omitted:  # what depends on an omitted task may be decided now
+                    continue
                 self.on_change(self)
             if not running:
                 break

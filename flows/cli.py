@@ -20,7 +20,6 @@ from flows.cifar import (
     build_cron_workflow,
     build_submission,
     build_template,
-    build_workflow,
     render,
 )
 from flows.manifests import trainjob
@@ -140,6 +139,9 @@ def mlflow_hint(cfg: PipelineConfig) -> str:
 
 
 def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    """Run here exactly what ``--submit`` runs: the WorkflowTemplate built from the config
+    (``-p`` values left out, as its defaults) and a Workflow that refers to it with the
+    ``-p`` values as its arguments. ``cfg`` is the config with the ``-p`` values applied."""
     from flows.local.run import run_local  # lazy: --render and --submit never load it
 
     if args.resume is not None and not (args.resume / "state.json").is_file():
@@ -149,14 +151,20 @@ def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
         )
     cfg = localize(cfg)
     check_local_source(cfg)
-    if cfg.train.launcher != "pytorchjob":  # the local runner is torchrun either way
-        cfg = cfg.model_copy(
-            update={"train": cfg.train.model_copy(update={"launcher": "pytorchjob"})}
+    values = parameters.parse(args.parameters)
+    base = cfg
+    if values:  # the template's defaults are the config's own values, not the -p ones
+        base = localize(
+            argo_server.resolve_config(load_config(args.config, args.overrides), os.environ)
         )
-    # TODO(merge): run the WorkflowTemplate through run_local(workflow, cfg,
-    # workflow_templates=[...], parameters=...) once flows/local resolves workflowTemplateRef;
-    # until then the inline workflow, with -p already applied to the config.
-    code = run_local(build_workflow(cfg, git_revision=git_revision()), cfg, resume=args.resume)
+    revision = git_revision()
+    code = run_local(
+        build_submission(base, values, git_revision=revision),
+        cfg,
+        workflow_templates=[build_template(base, git_revision=revision).to_dict()],
+        parameters=values,
+        resume=args.resume,
+    )
     if args.resume is None:  # a resumed run's config is in its state; its run link above
         print(mlflow_hint(cfg), file=sys.stderr)
     return code

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from flows import cli
-from flows.manifests.names import FlowError
+from flows.manifests.names import APP, FlowError
 from steps.common.config import ConfigError
 from tests.conftest import REPO_ROOT
 
@@ -72,6 +72,14 @@ def test_no_mode_flag_runs_the_workflow_locally(monkeypatch) -> None:
     fake = type(sys)("flows.local.run")
     fake.run_local = lambda wf, cfg, **kw: calls.append((wf.to_dict(), cfg, kw)) or 7  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "flows.local.run", fake)
-    assert cli.main(["--config", smoke, "--set", "train.epochs=1"]) == 7
+    assert cli.main(["--config", smoke, "--set", "train.epochs=1", "-p", "lr=0.5"]) == 7
     ((wf, cfg, kw),) = calls
-    assert wf["kind"] == "Workflow" and cfg.train.epochs == 1 and kw == {"resume": None}
+    # what --submit runs: a Workflow of the WorkflowTemplate, -p values as its arguments
+    assert wf["kind"] == "Workflow" and wf["spec"]["workflowTemplateRef"] == {"name": APP}
+    assert cfg.train.epochs == 1 and cfg.train.lr == 0.5
+    assert set(kw) == {"workflow_templates", "parameters", "resume"} and kw["resume"] is None
+    assert kw["parameters"] == {"lr": "0.5"}
+    ((template,),) = [kw["workflow_templates"]]
+    assert template["kind"] == "WorkflowTemplate" and template["metadata"]["name"] == APP
+    defaults = {p["name"]: p["value"] for p in template["spec"]["arguments"]["parameters"]}
+    assert defaults["epochs"] == "1" and defaults["lr"] != "0.5"  # the config's, not -p's

@@ -286,11 +286,11 @@ def test_pytorchjob_runs_as_a_single_node_torchrun(tmp_path: Path) -> None:
     ("case", "match"),
     [
         ("steps", r"template loop: steps"),
-        ("when", r"task t: when"),
+        ("when", r"template main expression \{\{=nope\(1\)\}\}: function nope\(\) is not"),
         ("with-items", r"task t: withItems"),
         ("expression", r"expression \{\{item\}\}"),
         ("script", r"template s: script"),
-        ("depends-expr", r"depends 'a\.Failed'"),
+        ("depends-expr", r"task t: depends 'a\.Finished': task result 'Finished'"),
         ("configmap-env", r"env X: valueFrom \['configMapKeyRef'\]"),
     ],
 )
@@ -319,7 +319,7 @@ def test_unsupported_features_are_refused_by_name(case: str, match: str, tmp_pat
     if case == "steps":
         templates.append({"name": "loop", "steps": [[{"name": "s", "template": "c"}]]})
     elif case == "when":
-        tasks[1]["when"] = "{{tasks.a.outputs.parameters.x}} == 1"
+        tasks[1]["when"] = "{{=nope(1)}} == 1"  # when and {{=}} run; an unknown function not
     elif case == "with-items":
         tasks[1]["withItems"] = [1, 2]
     elif case == "expression":
@@ -327,7 +327,7 @@ def test_unsupported_features_are_refused_by_name(case: str, match: str, tmp_pat
     elif case == "script":
         templates.append({"name": "s", "script": {"image": "python:3", "source": "print(1)"}})
     elif case == "depends-expr":
-        tasks[1]["depends"] = "a.Failed"
+        tasks[1]["depends"] = "a.Finished"  # depends runs; a result Argo has not
     elif case == "configmap-env":
         templates[0]["container"]["env"] = [
             {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}

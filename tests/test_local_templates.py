@@ -4,6 +4,7 @@ v2 TrainJob run as one torchrun whose ranks really run."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +167,85 @@ def test_a_resource_other_than_a_training_job_is_refused(tmp_path: Path) -> None
     resource = {"name": "train", "resource": {"action": "create", "manifest": text}}
     with pytest.raises(UnsupportedFeature, match="a manifest other than a PyTorchJob or TrainJob"):
         LocalRunner(resource_workflow(resource), tmp_path / "runs")
+
+
+def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path) -> None:
+    """flows/cifar.py's memoize key hashes the data-source parameter with Sprig, and
+    flows/train_step.py's multi-node job counts Workers as {{=asInt(nodes) - 1}}."""
+    from flows.cifar import build_submission, build_template
+    from flows.local.checks import substitute
+    from steps.common.config import REPO_ROOT, load_config
+
+    cfg = load_config(REPO_ROOT / "configs" / "smoke.yaml")
+    values = {"nodes": "3", "data-source": "synthetic:64"}
+    runner = LocalRunner(
+        build_submission(cfg, values).to_dict(),
+        tmp_path / "runs",
+        workflow_templates=[build_template(cfg).to_dict()],
+        parameters=values,
+    )
+    scope = runner._scope(
+        {f"inputs.parameters.{n}": n for n in ("dataset-uri", "model-uri", "run-id")}
+    )
+    key = substitute(runner.templates["stage"]["memoize"]["key"], scope)
+    assert key.endswith("-" + hashlib.sha256(b"synthetic:64").hexdigest()[:16])
+    manifest = yaml.safe_load(
+        substitute(
+            runner.templates["train-multinode"]["inputs"]["artifacts"][0]["raw"]["data"], scope
+        )
+    )
+    replicas = manifest["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
+
+
+@pytest.mark.slow
+def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) -> None:
+    """python flows/cifar.py with train.launcher=trainjob (smoke config) runs the
+    WorkflowTemplate that --submit applies: train is a TrainJob run as one torchrun."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from steps.common.config import REPO_ROOT
+
+    smoke = REPO_ROOT / "configs" / "smoke.yaml"
+    argv = [sys.executable, str(REPO_ROOT / "flows" / "cifar.py"), "--config", str(smoke)]
+    argv += ["--set", "train.launcher=trainjob", "--set", "train.epochs=1", "-p", "nodes=1"]
+    env = {**os.environ, "CIFAR_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    state = json.loads((run_dir / "state.json").read_text())
+    tasks = state["tasks"]
+    assert {t: tasks[t]["state"] for t in tasks} == dict.fromkeys(
+        ["create-run", "stage", "train", "optimize", "benchmark"], "Succeeded"
+    )
+    assert tasks["train"]["outputs"]["job-name"].startswith("cifar-train-")
+    manifest = state["manifest"]  # the Workflow joined with the template, -p first
+    assert manifest["spec"]["arguments"]["parameters"][0] == {"name": "nodes", "value": "1"}
+    assert "-m torch.distributed.run" in (run_dir / "logs" / "train.log").read_text()
+    train = next(t for t in manifest["spec"]["templates"] if t["name"] == "train")
+    assert "kind: TrainJob" in train["inputs"]["artifacts"][0]["raw"]["data"]
+    assert state["exit_handler"]["state"] == "Succeeded"
+
+
+@pytest.mark.parametrize("config", ["local", "smoke", "cluster", "kind"])
+@pytest.mark.parametrize("launcher", ["pytorchjob", "trainjob"])
+def test_the_runner_accepts_the_pipeline_template_of_every_config(
+    config: str, launcher: str
+) -> None:
+    """What a local run executes (the Workflow of the WorkflowTemplate) passes every check:
+    its {{=...}} expressions included."""
+    from flows.cifar import build_submission, build_template
+    from flows.local.checks import unsupported
+    from flows.local.lint import lint
+    from flows.local.resolve import resolve
+    from steps.common.config import REPO_ROOT, load_config
+
+    cfg = load_config(REPO_ROOT / "configs" / f"{config}.yaml", [f"train.launcher={launcher}"])
+    template = build_template(cfg).to_dict()
+    manifest = resolve(build_submission(cfg, {"nodes": "2"}).to_dict(), [template], {"nodes": "2"})
+    assert unsupported(manifest) + lint(manifest) == []
+    assert any("{{=" in str(t.get("memoize", "")) for t in manifest["spec"]["templates"])

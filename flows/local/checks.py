@@ -12,10 +12,17 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-EXPRESSION = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+from flows.local.conditions import depends_problems
+from flows.local.expressions import ExpressionError, environment, evaluate, render
+from flows.local.expressions import problems as expression_problems
+
+# A simple tag {{name}}, or an expression tag {{=expr}} that, as in Argo's templates, ends
+# at the first "}}" (it may hold braces and span lines).
+EXPRESSION = re.compile(r"\{\{\s*(=[\s\S]*?|[^{}]*?)\s*\}\}")
 SUPPORTED_EXPRESSIONS = (
     re.compile(r"inputs\.parameters\.[\w-]+"),
     re.compile(r"tasks\.[\w-]+\.outputs\.parameters\.[\w-]+"),
+    re.compile(r"tasks\.[\w-]+\.status"),
     re.compile(
         r"workflow\.(name|namespace|uid|status|creationTimestamp|serviceAccountName|duration|failures)"
     ),
@@ -44,7 +51,7 @@ TEMPLATE_IGNORED = {
 }  # fmt: skip
 CONTAINER_FIELDS = {"name", "image", "imagePullPolicy", "command", "args", "env", "envFrom"}
 CONTAINER_IGNORED = {"resources", "securityContext", "ports", "terminationMessagePath"}
-TASK_FIELDS = {"name", "template", "arguments", "dependencies", "depends"}
+TASK_FIELDS = {"name", "template", "arguments", "dependencies", "depends", "when"}
 RESOURCE_FIELDS = {
     "action", "manifest", "manifestFrom", "successCondition", "failureCondition",
     "setOwnerReference",
@@ -75,11 +82,23 @@ def substitute(text: str, scope: Mapping[str, str]) -> str:
 
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
+        if name.startswith("="):
+            return evaluate_tag(name[1:], scope)
         if name not in scope:
             raise UnsupportedFeature(f"expression {{{{{name}}}}} has no value here")
         return scope[name]
 
     return EXPRESSION.sub(replace, text)
+
+
+def evaluate_tag(text: str, scope: Mapping[str, str]) -> str:
+    """An expression tag's text in place, as Argo writes it; a failure names the tag."""
+    try:
+        return render(evaluate(text, environment(scope)))
+    except ExpressionError as exc:
+        raise ExpressionError(f"expression {{{{={text}}}}}: {exc}") from None
+    except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as exc:
+        raise ExpressionError(f"expression {{{{={text}}}}}: {exc}") from None
 
 
 def substitute_all(node: Any, scope: Mapping[str, str]) -> Any:
@@ -109,8 +128,17 @@ def unsupported(manifest: Mapping[str, Any]) -> list[str]:
         problems += _extra(where, template, TEMPLATE_FIELDS, TEMPLATE_IGNORED)
         problems += _check_template(where, template)
     for expression in sorted(set(expressions(spec))):
+        if expression.startswith("="):
+            continue  # checked per template below, by what it calls
         if not any(p.fullmatch(expression) for p in SUPPORTED_EXPRESSIONS):
             problems.append(f"expression {{{{{expression}}}}}")
+    for template in spec.get("templates", []):
+        for expression in dict.fromkeys(expressions(template)):
+            if expression.startswith("="):
+                problems += [
+                    f"template {template.get('name')} expression {{{{{expression}}}}}: {why}"
+                    for why in expression_problems(expression[1:])
+                ]
     return problems
 
 
@@ -136,9 +164,10 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
             problems += _extra(f"{where} task {task.get('name')}", task, TASK_FIELDS)
             for artifact in task.get("arguments", {}).get("artifacts", []):
                 problems.append(f"{where} task {task.get('name')}: artifact {artifact['name']}")
-            depends = task.get("depends", "")
-            if depends and not re.fullmatch(r"[\w-]+(\s*&&\s*[\w-]+)*", depends.strip()):
-                problems.append(f"{where} task {task.get('name')}: depends {depends!r}")
+            names = {t.get("name") for t in template["dag"].get("tasks", [])}
+            problems += [
+                f"{where} task {task.get('name')}: {why}" for why in depends_problems(task, names)
+            ]
     if "resource" in template:
         resource = template["resource"]
         problems += _extra(f"{where}.resource", resource, RESOURCE_FIELDS)
@@ -161,7 +190,9 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     for parameter in template.get("inputs", {}).get("parameters", []):
         problems += _extra(f"{where} input {parameter.get('name')}", parameter, PARAMETER_FIELDS)
     for artifact in inputs.get("artifacts", []):  # raw ones feed resource.manifestFrom
-        if set(artifact) - {"name", "raw"} or "manifestFrom" not in template.get("resource", {}):
+        # (its path, where Argo's executor would write it, matters only in a pod)
+        extra = set(artifact) - {"name", "raw", "path"}
+        if extra or "manifestFrom" not in template.get("resource", {}):
             problems.append(f"{where}: input artifact {artifact.get('name')}")
     for parameter in template.get("outputs", {}).get("parameters", []):
         problems += _extra(f"{where} output {parameter.get('name')}", parameter, PARAMETER_FIELDS)

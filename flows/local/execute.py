@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from flows.local.checks import UnsupportedFeature, parse_duration, substitute, substitute_all
+from flows.local.expr_syntax import ExpressionError
+from flows.local.gates import absent_output, check_absent, task_variables, when_says_run
 from flows.local.handlers import ProcessSpec, TaskHandler
 from flows.local.memo import MemoCache
 from flows.local.records import TaskRecord, TaskState
@@ -21,6 +23,7 @@ from flows.local.tasks import container_process, read_outputs, small_files
 
 class TaskExecution:
     globals: dict[str, str]
+    entry_inputs: dict[str, str]
     tasks: dict[str, TaskRecord]
     templates: dict[str, dict[str, Any]]
     memo: MemoCache
@@ -34,18 +37,20 @@ class TaskExecution:
     on_change: Any
 
     def _scope(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        scope = dict(self.globals)
+        scope = {**self.globals, **self.entry_inputs}
         for name, record in self.tasks.items():
-            for key, value in record.outputs.items():
-                scope[f"tasks.{name}.outputs.parameters.{key}"] = value
+            scope.update(task_variables(name, record, self.templates.get(record.template, {})))
         return {**scope, **(extra or {})}
 
     def _bind_inputs(self, task: dict[str, Any], template: dict[str, Any]) -> dict[str, str]:
         scope = self._scope()
-        given = {
-            p["name"]: substitute(str(p.get("value", "")), scope)
-            for p in task.get("arguments", {}).get("parameters", [])
-        }
+        given = {}
+        for p in task.get("arguments", {}).get("parameters", []):
+            value = str(p.get("value", ""))
+            if absent_output(value, scope, self.tasks):
+                continue  # Argo drops it: the input's default applies, or it is an Error
+            check_absent(value, scope, self.tasks)
+            given[p["name"]] = substitute(value, scope)
         bound = {}
         for parameter in template.get("inputs", {}).get("parameters", []):
             name = parameter["name"]
@@ -56,6 +61,9 @@ class TaskExecution:
                     str(parameter.get("value", parameter.get("default"))), scope
                 )
             else:
+                for p in task.get("arguments", {}).get("parameters", []):
+                    if p["name"] == name:
+                        check_absent(str(p.get("value", "")), {}, self.tasks)
                 raise UnsupportedFeature(
                     f"task {task['name']}: input parameter {name} has no value"
                 )
@@ -64,6 +72,10 @@ class TaskExecution:
     def _run_task(self, task: dict[str, Any], record: TaskRecord) -> None:
         record.started = time.time()
         try:
+            run, when = when_says_run(task, self._scope())
+            if not run:  # Argo's Skipped node: no inputs bound, nothing run
+                record.state, record.message = TaskState.SKIPPED, f"when '{when}' evaluated false"
+                return
             template = self.templates[task["template"]]
             inputs = self._bind_inputs(task, template)
             resolved = substitute_all(
@@ -83,6 +95,8 @@ class TaskExecution:
                     self.globals[f"workflow.outputs.parameters.{parameter['globalName']}"] = (
                         record.outputs[parameter["name"]]
                     )
+        except ExpressionError as exc:  # Argo: the node is an Error, not retried
+            record.state, record.message = TaskState.ERRORED, str(exc)
         except (UnsupportedFeature, FileNotFoundError, OSError) as exc:
             record.state, record.message = TaskState.FAILED, str(exc)
         finally:

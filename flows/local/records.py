@@ -18,11 +18,23 @@ class TaskState(str, enum.Enum):
     SUCCEEDED = "Succeeded"
     CACHED = "Cached"
     FAILED = "Failed"
-    OMITTED = "Omitted"
+    ERRORED = "Error"  # Argo's Error: the task could not be run (an expression failed)
+    SKIPPED = "Skipped"  # its ``when`` was false
+    OMITTED = "Omitted"  # its ``depends`` was false, or an upstream failure stopped it
 
     @property
     def done_ok(self) -> bool:
         return self in (TaskState.SUCCEEDED, TaskState.CACHED)
+
+    @property
+    def fulfilled(self) -> bool:
+        """Argo's ``Fulfilled``: it will not change any more."""
+        return self not in (TaskState.PENDING, TaskState.RUNNING)
+
+    @property
+    def phase(self) -> str:
+        """Argo's node phase (a memo hit is a Succeeded node there)."""
+        return "Succeeded" if self is TaskState.CACHED else self.value
 
 
 @dataclass
@@ -57,4 +69,5 @@ class RunResult:
 
     @property
     def failed_task(self) -> TaskRecord | None:
-        return next((t for t in self.tasks.values() if t.state is TaskState.FAILED), None)
+        failed = (TaskState.FAILED, TaskState.ERRORED)
+        return next((t for t in self.tasks.values() if t.state in failed), None)

@@ -26,7 +26,9 @@ from flows.local.checks import (
     UnsupportedFeature,
     unsupported,
 )
+from flows.local.conditions import dag_phase, dependency_names, handles_failure
 from flows.local.execute import TaskExecution
+from flows.local.gates import depends_says_run, entry_inputs
 from flows.local.handlers import SubprocessHandler, TaskHandler
 from flows.local.lint import lint
 from flows.local.memo import MemoCache, default_cache_dir
@@ -86,6 +88,7 @@ class LocalRunner(TaskExecution):
         entry = self.templates[spec["entrypoint"]]
         if "dag" not in entry:
             raise UnsupportedFeature(f"entrypoint {spec['entrypoint']!r} is not a DAG template")
+        self.entry_inputs = entry_inputs(entry, spec, self.globals)
         self.dag = entry["dag"]["tasks"]
         self.fail_fast = entry["dag"].get("failFast", True) is not False
         limits = [int(x) for x in (spec.get("parallelism"), entry.get("parallelism")) if x]
@@ -136,10 +139,14 @@ class LocalRunner(TaskExecution):
 
     # --- scheduling ----------------------------------------------------------------------
     def _dependencies(self, task: dict[str, Any]) -> list[str]:
-        deps = list(task.get("dependencies", []))
-        if task.get("depends"):
-            deps += [d.strip() for d in task["depends"].split("&&")]
-        return deps
+        return dependency_names(task)
+
+    def _failed_unhandled(self) -> bool:
+        """A failure no ``depends`` expects: with failFast, nothing new starts after it."""
+        failed = (TaskState.FAILED, TaskState.ERRORED)
+        return any(
+            t.state in failed and not handles_failure(n, self.dag) for n, t in self.tasks.items()
+        )
 
     def run(self) -> RunResult:
         """Run to the end; a stop signal (see ``flows.local.signals``) raises ``RunStopped``
@@ -157,7 +164,7 @@ class LocalRunner(TaskExecution):
                 self._finish("Failed", stop)
                 raise stop from None
             self._finish(status, None)
-            if self.exit_task and self.exit_task.state is TaskState.FAILED:
+            if self.exit_task and self.exit_task.state in (TaskState.FAILED, TaskState.ERRORED):
                 status = self.globals["workflow.status"] = "Failed"  # as Argo marks it
                 self.save_state()
         return RunResult(
@@ -172,8 +179,8 @@ class LocalRunner(TaskExecution):
         self.globals["workflow.failures"] = json.dumps(
             [
                 {"displayName": r.name, "message": r.message, "templateName": r.template,
-                 "phase": "Failed", "podName": r.name, "finishedAt": _rfc3339(r.finished)}
-                for r in self.tasks.values() if r.state is TaskState.FAILED
+                 "phase": r.state.phase, "podName": r.name, "finishedAt": _rfc3339(r.finished)}
+                for r in self.tasks.values() if r.state in (TaskState.FAILED, TaskState.ERRORED)
             ]
         )  # fmt: skip
         self.save_state()
@@ -215,8 +222,8 @@ class LocalRunner(TaskExecution):
         for record in self.tasks.values():
             if record.state is TaskState.PENDING:
                 record.state, record.message = TaskState.OMITTED, "an upstream task failed"
-        failed = any(t.state is TaskState.FAILED for t in self.tasks.values())
-        return "Failed" if failed else "Succeeded"
+        phases = {name: record.state.phase for name, record in self.tasks.items()}
+        return dag_phase(self.dag, phases, self.fail_fast)
 
     def _deadline(self) -> None:
         """Workflow activeDeadlineSeconds: Argo fails the running nodes and schedules none."""
@@ -230,19 +237,27 @@ class LocalRunner(TaskExecution):
         failed = False
         while True:
             if not failed or not self.fail_fast:  # Argo's dag.failFast, true by default
-                started = False
+                started = omitted = False
                 for name, task in by_name.items():
                     if len(running) >= self.parallelism:
                         break
                     record = self.tasks[name]
                     if record.state is not TaskState.PENDING:
                         continue
-                    if all(self.tasks[d].state.done_ok for d in self._dependencies(task)):
-                        record.state = TaskState.RUNNING
-                        running[pool.submit(self._run_task, task, record)] = name
-                        started = True
+                    if not all(self.tasks[d].state.fulfilled for d in self._dependencies(task)):
+                        continue
+                    if not depends_says_run(task, by_name, self.tasks):
+                        record.state = TaskState.OMITTED
+                        record.message = "omitted: depends condition not met"
+                        omitted = True
+                        continue
+                    record.state = TaskState.RUNNING
+                    running[pool.submit(self._run_task, task, record)] = name
+                    started = True
                 if started:
                     self.save_state()  # a task that is running shows so on disk
+                if omitted:  # what depends on an omitted task may be decided now
+                    continue
                 self.on_change(self)
             if not running:
                 break
@@ -250,7 +265,7 @@ class LocalRunner(TaskExecution):
             for future in done:
                 running.pop(future)
                 future.result()
-            failed = any(t.state is TaskState.FAILED for t in self.tasks.values())
+            failed = self._failed_unhandled()
             if self.deadline_passed.is_set():
                 failed, self.fail_fast = True, True
             self.save_state()

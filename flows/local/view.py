@@ -24,6 +24,8 @@ STYLE = {
     TaskState.SUCCEEDED: "green",
     TaskState.CACHED: "green",
     TaskState.FAILED: "bold red",
+    TaskState.ERRORED: "bold red",
+    TaskState.SKIPPED: "dim",
     TaskState.OMITTED: "dim",
 }
 TAIL_LINES = 8

@@ -138,10 +138,12 @@ def mlflow_hint(cfg: PipelineConfig) -> str:
     return f"MLflow: {cfg.tracking.ui_url or uri}"
 
 
-def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+def run_here(
+    base: PipelineConfig, given: PipelineConfig, values: dict[str, str], args: argparse.Namespace
+) -> int:
     """Run here exactly what ``--submit`` runs: the WorkflowTemplate built from the config
-    (``-p`` values left out, as its defaults) and a Workflow that refers to it with the
-    ``-p`` values as its arguments. ``cfg`` is the config with the ``-p`` values applied."""
+    (``base``: ``-p`` values left out, as its defaults) and a Workflow that refers to it with
+    the ``-p`` ``values`` as its arguments; ``given`` is the config with them applied."""
     from flows.local.run import run_local  # lazy: --render and --submit never load it
 
     if args.resume is not None and not (args.resume / "state.json").is_file():
@@ -149,14 +151,8 @@ def run_here(cfg: PipelineConfig, args: argparse.Namespace) -> int:
             f"--resume {args.resume}: not a local run (no state.json there); pass the run "
             "directory a local run printed, runs/<workflow name>"
         )
-    cfg = localize(cfg)
+    base, cfg = localize(base), localize(given)
     check_local_source(cfg)
-    values = parameters.parse(args.parameters)
-    base = cfg
-    if values:  # the template's defaults are the config's own values, not the -p ones
-        base = localize(
-            argo_server.resolve_config(load_config(args.config, args.overrides), os.environ)
-        )
     revision = git_revision()
     code = run_local(
         build_submission(base, values, git_revision=revision),
@@ -200,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(yaml.safe_dump(trainjob.to_manifest(runtime), sort_keys=False))
         return 0
     if not (args.render or args.submit):
-        return run_here(given, args)
+        return run_here(base, given, values, args)
     revision = git_revision()
     template = build_template(base, git_revision=revision)
     build = build_cron_workflow if args.cron else build_submission

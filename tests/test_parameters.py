@@ -94,13 +94,16 @@ def test_steps_read_the_parameters_and_never_the_configs_value() -> None:
 def test_a_local_run_applies_p_as_the_fields_it_stands_for(monkeypatch) -> None:
     seen = {}
 
-    def fake_run_here(cfg, args):  # the local runner itself is tested elsewhere
-        seen["cfg"] = cfg
+    def fake_run_here(base, given, values, args):  # the local runner is tested elsewhere
+        seen.update(base=base, given=given, values=values)
         return 0
 
     monkeypatch.setattr(cli, "run_here", fake_run_here)
     assert cli.main(["--config", SMOKE, "-p", "epochs=1", "-p", "data-source=synthetic:64"]) == 0
-    assert (seen["cfg"].train.epochs, seen["cfg"].data.source) == (1, "synthetic:64")
+    assert (seen["given"].train.epochs, seen["given"].data.source) == (1, "synthetic:64")
+    # the template keeps the config's values as its defaults; the run gets the given ones
+    assert (seen["base"].train.epochs, seen["base"].data.source) == (4, "synthetic:2000")
+    assert seen["values"] == {"epochs": "1", "data-source": "synthetic:64"}
 
 
 def test_parameters_are_refused_by_name_in_code_too() -> None:

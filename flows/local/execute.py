@@ -1,20 +1,22 @@
-"""One DAG task of a local run: its inputs bound and its template resolved as Argo does,
-a memo hit reused or its process run with retries, its outputs read back. A mixin of
-``LocalRunner``, which holds the state these methods use."""
+"""One node of a local run: its inputs bound and its template resolved as Argo does; a DAG
+or steps template runs its own nodes (``flows.local.composite``); otherwise a memo hit is
+reused or its process run with retries, its outputs and stdout (``outputs.result``) read
+back. A mixin of ``LocalRunner``, which holds the state these methods use."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from flows.local.checks import UnsupportedFeature, parse_duration, substitute, substitute_all
+from flows.local.checks import UnsupportedFeature, substitute, substitute_all
 from flows.local.handlers import ProcessSpec, TaskHandler
 from flows.local.memo import MemoCache
 from flows.local.records import TaskRecord, TaskState
 from flows.local.resources import finished_status, resource_process
+from flows.local.retry import Backoff, read_result
+from flows.local.script import script_process
 from flows.local.signals import STOP_MESSAGE
 from flows.local.tasks import container_process, read_outputs, small_files
 
@@ -32,16 +34,20 @@ class TaskExecution:
     deadline_passed: threading.Event
     sleep: Any
     on_change: Any
+    pod_slots: threading.Semaphore | None  # spec.parallelism: Argo counts the workflow's pods
+    _run_composite: Any
 
     def _scope(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         scope = dict(self.globals)
-        for name, record in self.tasks.items():
+        for name, record in list(self.tasks.items()):
             for key, value in record.outputs.items():
                 scope[f"tasks.{name}.outputs.parameters.{key}"] = value
         return {**scope, **(extra or {})}
 
-    def _bind_inputs(self, task: dict[str, Any], template: dict[str, Any]) -> dict[str, str]:
-        scope = self._scope()
+    def _bind_inputs(
+        self, task: dict[str, Any], template: dict[str, Any], scope: dict[str, str] | None = None
+    ) -> dict[str, str]:
+        scope = self._scope() if scope is None else scope
         given = {
             p["name"]: substitute(str(p.get("value", "")), scope)
             for p in task.get("arguments", {}).get("parameters", [])
@@ -61,11 +67,20 @@ class TaskExecution:
                 )
         return {f"inputs.parameters.{k}": v for k, v in bound.items()}
 
-    def _run_task(self, task: dict[str, Any], record: TaskRecord) -> None:
+    def _run_task(
+        self, task: dict[str, Any], record: TaskRecord, scope: dict[str, str] | None = None
+    ) -> None:
+        """Run ``task`` (a DAG task, a step or the entrypoint) as the node ``record``;
+        ``scope``: what its arguments may refer to (default: the workflow's globals and the
+        entry DAG's task outputs)."""
         record.started = time.time()
         try:
             template = self.templates[task["template"]]
-            inputs = self._bind_inputs(task, template)
+            inputs = self._bind_inputs(task, template, scope)
+            if "dag" in template or "steps" in template:
+                self._run_composite(record, template, inputs)
+                self._export_globals(template, record)
+                return
             resolved = substitute_all(
                 {k: v for k, v in template.items() if k != "outputs"}, self._scope(inputs)
             )
@@ -75,50 +90,50 @@ class TaskExecution:
                 record.outputs = hit[0]
                 record.state, record.message = TaskState.CACHED, f"memoized: reused {hit[1].name}"
             else:
-                self._execute(task["name"], resolved, record)
+                self._execute(record.name, resolved, record)
                 if record.state is TaskState.SUCCEEDED:  # Argo caches successes only
                     self.memo.put(resolved, record.outputs, self.cwd)
-            for parameter in template.get("outputs", {}).get("parameters", []):
-                if parameter.get("globalName") and parameter["name"] in record.outputs:
-                    self.globals[f"workflow.outputs.parameters.{parameter['globalName']}"] = (
-                        record.outputs[parameter["name"]]
-                    )
+            self._export_globals(template, record)
         except (UnsupportedFeature, FileNotFoundError, OSError) as exc:
             record.state, record.message = TaskState.FAILED, str(exc)
         finally:
             record.finished = time.time()
 
+    def _export_globals(self, template: dict[str, Any], record: TaskRecord) -> None:
+        for parameter in template.get("outputs", {}).get("parameters", []):
+            if parameter.get("globalName") and parameter["name"] in record.outputs:
+                self.globals[f"workflow.outputs.parameters.{parameter['globalName']}"] = (
+                    record.outputs[parameter["name"]]
+                )
+
     def _execute(self, name: str, template: dict[str, Any], record: TaskRecord) -> None:
+        name = name.replace("/", "_")  # a loop item's text is part of the node's name
         task_dir = self.run_dir / "tasks" / name
         log = self.run_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        retry = template.get("retryStrategy")
-        # Argo: no limit (``retryStrategy: {}``) retries until it succeeds; a non-zero exit
-        # is a Failure, which OnError and OnTransientError do not retry.
-        limit = 0 if retry is None else int(retry.get("limit", sys.maxsize))
-        if retry and retry.get("retryPolicy") in ("OnError", "OnTransientError"):
-            limit = 0
-        retry = retry or {}
-        backoff = retry.get("backoff", {})
-        delay = parse_duration(backoff.get("duration", "0"))
-        factor = float(backoff.get("factor", 1) or 1)
-        max_total = parse_duration(backoff["maxDuration"]) if "maxDuration" in backoff else None
-        first = time.time()
+        backoff = Backoff.of(template)
         attempt = -1
-        while attempt < limit:
+        while attempt < backoff.limit:
             attempt += 1
             if self.stopping.is_set():
                 raise OSError("stopped")
             record.attempts = attempt + 1
             process, document = self._process(template, task_dir)
+            process.deadline_s = backoff.attempt_deadline(process.deadline_s, attempt)
+            process.stdout_path = task_dir / "stdout"
             for local_dir in process.path_map.values():  # e.g. /tmp of /tmp/result.txt
                 local_dir.mkdir(parents=True, exist_ok=True)
             with open(log, "a") as handle:
                 handle.write(f"--- attempt {attempt + 1}: {' '.join(process.argv)}\n")
             spawned = time.perf_counter()
-            code = self.handler.run(process, log, record.tail)
+            if self.pod_slots is None:
+                code = self.handler.run(process, log, record.tail)
+            else:
+                with self.pod_slots:
+                    code = self.handler.run(process, log, record.tail)
             record.process_seconds += time.perf_counter() - spawned
             record.exit_code = code
+            record.result = read_result(process.stdout_path)
             if code == 0:
                 if document is not None:  # as the Training Operator reports a finished job
                     document["status"] = finished_status(document)
@@ -129,9 +144,8 @@ class TaskExecution:
                     record.outputs.update(small_files(task_dir / "outputs"))
                 record.state, record.message = TaskState.SUCCEEDED, ""
                 return
-            wait_s = delay * factor**attempt
-            out_of_time = max_total is not None and time.time() - first + wait_s > max_total
-            if attempt == limit or out_of_time or self.stopping.is_set():
+            wait_s, give_up = backoff.after_failure(attempt)
+            if attempt == backoff.limit or give_up or self.stopping.is_set():
                 break
             record.message = f"attempt {attempt + 1} exited {code}; retrying in {wait_s:g} s"
             self.on_change(self)
@@ -145,15 +159,19 @@ class TaskExecution:
             if self.deadline_passed.is_set()
             else STOP_MESSAGE
             if self.stopping.is_set()
-            else f"exited with code {record.exit_code} after {record.attempts} attempt(s)"
+            else backoff.gave_up
+            or f"exited with code {record.exit_code} after {record.attempts} attempt(s)"
         )
 
     def _process(self, template: dict[str, Any], task_dir: Path) -> tuple[ProcessSpec, dict | None]:
         task_dir.mkdir(parents=True, exist_ok=True)
         if "container" in template:
             return container_process(template, task_dir, self.cwd, self.env), None
+        if "script" in template:
+            return script_process(template, task_dir, self.cwd, self.env), None
         if "resource" in template:
             return resource_process(template, task_dir, self.cwd, self.env)
         raise UnsupportedFeature(
-            f"template {template['name']}: only container and resource templates run as tasks"
+            f"template {template['name']}: only container, script and resource templates "
+            "run as pods"
         )

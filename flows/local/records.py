@@ -1,6 +1,8 @@
 """What a local run knows of its tasks, shared by the runner and its view: each task's
 state (Argo's node phases that a local run reaches, plus Cached for a memo hit), its
-record (attempts, times, exit code, outputs, log tail), and the run's result.
+record (attempts, times, exit code, outputs, log tail), and the run's result. A record is
+one of Argo's nodes: a pod, or a DAG, steps or loop (TaskGroup) node holding others; its
+key is Argo's node name without the workflow's (``A``, ``A.B``, ``[0].step``, ``B(0:foo)``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ class TaskState(str, enum.Enum):
     SUCCEEDED = "Succeeded"
     CACHED = "Cached"
     FAILED = "Failed"
+    ERROR = "Error"  # Argo's phase when a node cannot run at all (a withParam not a list)
     OMITTED = "Omitted"
+    SKIPPED = "Skipped"  # a loop over an empty list
+
+    @property
+    def done(self) -> bool:
+        return self not in (TaskState.PENDING, TaskState.RUNNING)
+
+    @property
+    def failed(self) -> bool:
+        return self in (TaskState.FAILED, TaskState.ERROR)
 
     @property
     def done_ok(self) -> bool:
@@ -37,6 +49,8 @@ class TaskRecord:
     message: str = ""
     process_seconds: float = 0.0  # spawn to exit of its processes, all attempts
     outputs: dict[str, str] = field(default_factory=dict)
+    result: str | None = None  # outputs.result: the main process's stdout, as Argo keeps it
+    kind: str = "Pod"  # Argo's node type: Pod, DAG, Steps, TaskGroup, Skipped
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=200), repr=False)
 
     @property
@@ -57,4 +71,6 @@ class RunResult:
 
     @property
     def failed_task(self) -> TaskRecord | None:
-        return next((t for t in self.tasks.values() if t.state is TaskState.FAILED), None)
+        """The first failed pod (its log tells why), else the first failed node."""
+        failed = [t for t in self.tasks.values() if t.state.failed]
+        return next((t for t in failed if t.kind == "Pod"), failed[0] if failed else None)

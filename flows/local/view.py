@@ -24,7 +24,9 @@ STYLE = {
     TaskState.SUCCEEDED: "green",
     TaskState.CACHED: "green",
     TaskState.FAILED: "bold red",
+    TaskState.ERROR: "bold red",
     TaskState.OMITTED: "dim",
+    TaskState.SKIPPED: "dim",
 }
 TAIL_LINES = 8
 

@@ -5,6 +5,7 @@ back. A mixin of ``LocalRunner``, which holds the state these methods use."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -107,7 +108,8 @@ class TaskExecution:
                 )
 
     def _execute(self, name: str, template: dict[str, Any], record: TaskRecord) -> None:
-        name = name.replace("/", "_")  # a loop item's text is part of the node's name
+        # a node's name holds [, (, : and a loop item's text; its directory goes into commands
+        name = re.sub(r"[^\w.-]", "_", name)
         task_dir = self.run_dir / "tasks" / name
         log = self.run_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from flows.local.checks import (
     UnsupportedFeature,
     unsupported,
 )
-from flows.local.composite import CompositeExecution
+from flows.local.dag import DagExecution
 from flows.local.execute import TaskExecution
 from flows.local.handlers import SubprocessHandler, TaskHandler
 from flows.local.lint import lint
@@ -33,9 +33,10 @@ from flows.local.memo import MemoCache, default_cache_dir
 from flows.local.records import RunResult, TaskRecord, TaskState
 from flows.local.resolve import resolve
 from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
+from flows.local.steps import StepsExecution
 
 
-class LocalRunner(CompositeExecution, TaskExecution):
+class LocalRunner(DagExecution, StepsExecution, TaskExecution):
     """Executes one workflow manifest; ``handler`` starts the processes (swappable in tests)."""
 
     def __init__(

@@ -1,0 +1,162 @@
+"""DAG templates, at any depth, as Argo's controller runs them (workflow/controller/dag.go).
+
+A task starts once the tasks it depends on are done: it runs when each of them Succeeded or
+was Skipped, or Failed / Errored with ``continueOn`` set for that phase (Argo's
+``expandDependency``), and is Omitted otherwise. After a failure that does not continue,
+``dag.failFast`` (true by default) starts nothing new. A looping task is a TaskGroup node
+done when all its items are. The DAG's phase is Argo's ``assessDAGPhase``: Failed (or Error)
+when a leaf task's branch failed and that task does not continue on it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from flows.local.loops import aggregate, group_state
+from flows.local.nodes import MAX_THREADS, NodeExecution, Unit, continues, node_refs
+from flows.local.records import TaskRecord, TaskState
+
+
+def task_dependencies(task: Mapping[str, Any]) -> list[str]:
+    deps = list(task.get("dependencies", []))
+    if task.get("depends"):
+        deps += [d.strip() for d in task["depends"].split("&&")]
+    return deps
+
+
+class DagExecution(NodeExecution):
+    def _run_dag(
+        self, record: TaskRecord, template: dict[str, Any], inputs: dict[str, str]
+    ) -> dict[str, str] | None:
+        dag = template["dag"]
+        tasks = {t["name"]: t for t in dag.get("tasks", [])}
+        fail_fast = dag.get("failFast", True) is not False
+        limit = int(template.get("parallelism") or 0)
+        nodes: dict[str, TaskRecord] = {}
+        loops: dict[str, list[TaskRecord]] = {}
+        queue: list[Unit] = []
+        running: dict[Future, str] = {}
+
+        def key(name: str) -> str:
+            return f"{record.name}.{name}" if record.name else name
+
+        def refs() -> dict[str, str]:
+            scope: dict[str, str] = {}
+            for name, node in list(nodes.items()):
+                if name in loops:
+                    scope.update(aggregate("tasks", name, loops[name]))
+                scope.update(node_refs("tasks", name, node))
+            return scope
+
+        def decide() -> bool:
+            decided = False
+            for name, task in tasks.items():
+                if name in nodes:
+                    continue
+                deps = [nodes.get(d) for d in task_dependencies(task)]
+                if any(d is None or not d.state.done for d in deps):
+                    continue
+                decided = True
+                if key(name) in self.kept:
+                    nodes[name] = self.tasks[key(name)]
+                    kept = list(self.tasks.items())
+                    loops[name] = [r for k, r in kept if k.startswith(key(name) + "(")]
+                elif all(self._satisfies(tasks[d], nodes[d]) for d in task_dependencies(task)):
+                    scope = {**self.globals, **inputs, **refs()}
+                    nodes[name], units, children = self._expand(key(name), name, task, scope)
+                    queue.extend(units)
+                    if children is not None:
+                        loops[name] = children
+                        nodes[name].kind, nodes[name].state = "TaskGroup", TaskState.RUNNING
+                        nodes[name].started = time.time()
+                else:
+                    nodes[name] = self._settle(
+                        key(name), task["template"], TaskState.OMITTED,
+                        "omitted: depends condition not met", "Skipped",
+                    )  # fmt: skip
+            return decided
+
+        def failed() -> bool:
+            return any(
+                n.state.failed and not continues(tasks[t], n.state) for t, n in nodes.items()
+            )
+
+        with ThreadPoolExecutor(max_workers=limit or MAX_THREADS) as pool:
+            try:
+                while True:
+                    if not self.stopping.is_set() and not (fail_fast and failed()):
+                        while decide():
+                            pass
+                        started = len(running)
+                        while queue and self._launch(pool, running, queue[0], limit):
+                            queue.pop(0)
+                        if len(running) > started:
+                            self._started()
+                    if not running:
+                        break
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        running.pop(future)
+                        future.result()
+                    for name, children in loops.items():
+                        group = nodes[name]
+                        if group.state is TaskState.RUNNING and all(c.state.done for c in children):
+                            group.state, group.finished = group_state(children), time.time()
+            except BaseException:
+                # Ctrl-C: stop the processes first, or the pool would wait for them.
+                self.stopping.set()
+                self.handler.interrupt()
+                raise
+        why = self._stopped_message() if self.stopping.is_set() else "an upstream task failed"
+        for unit_key, task, _ in queue:  # not started: failFast or a stop
+            self._settle(unit_key, task["template"], TaskState.OMITTED, why, "Pod")
+        for name, task in tasks.items():
+            if name not in nodes:
+                nodes[name] = self._settle(
+                    key(name), task["template"], TaskState.OMITTED, why, "Skipped"
+                )
+            elif name in loops and nodes[name].state is TaskState.RUNNING:  # cut short
+                cut = any(c.state is TaskState.OMITTED for c in loops[name])
+                nodes[name].state = TaskState.FAILED if cut else group_state(loops[name])
+                nodes[name].finished = time.time()
+        phase = self._dag_phase(tasks, nodes, fail_fast)
+        if phase is not TaskState.SUCCEEDED:
+            record.state = phase
+            record.message = self._stopped_message() if self.stopping.is_set() else ""
+            return None
+        return refs()
+
+    def _satisfies(self, task: dict[str, Any], node: TaskRecord) -> bool:
+        """A plain dependency: ``(T.Succeeded || T.Skipped || T.Daemoned)``, with ``T.Failed``
+        / ``T.Errored`` added when T continues on them (Argo's ``expandDependency``)."""
+        return node.state.done_ok or node.state is TaskState.SKIPPED or continues(task, node.state)
+
+    @staticmethod
+    def _dag_phase(
+        tasks: dict[str, dict[str, Any]], nodes: dict[str, TaskRecord], fail_fast: bool
+    ) -> TaskState:
+        """Argo's ``assessDAGPhase``: each leaf task's branch phase (its own when it ran,
+        else its dependencies', a failure first); Failed when one failed and does not
+        continue on it."""
+        depended = {d for t in tasks.values() for d in task_dependencies(t)}
+
+        def branch(name: str) -> TaskState:
+            node = nodes[name]
+            if node.state.done_ok:
+                return TaskState.SUCCEEDED
+            if node.state.failed:
+                return node.state
+            parents = [branch(d) for d in task_dependencies(tasks[name])]
+            return next((p for p in parents if p.failed), TaskState.SUCCEEDED)
+
+        result = TaskState.SUCCEEDED
+        for name in sorted(n for n in tasks if n not in depended):
+            phase = branch(name)
+            if phase.failed and not continues(tasks[name], phase):
+                result = phase
+                if fail_fast:
+                    break
+        return result

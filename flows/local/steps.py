@@ -1,0 +1,54 @@
+"""Steps templates, at any depth, as Argo's controller runs them (workflow/controller/
+steps.go): the groups in order, the steps of a group side by side (at most the template's
+``parallelism`` at once). A group fails when one of its steps failed without ``continueOn``;
+then the template fails ("child '...' failed") and no later group runs. A looping step is one
+node per item, with no node of its own; later groups see the items' outputs aggregated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flows.local.loops import aggregate, group_state
+from flows.local.nodes import NodeExecution, Unit, continues, node_refs
+from flows.local.records import TaskRecord, TaskState
+
+
+class StepsExecution(NodeExecution):
+    def _run_steps(
+        self, record: TaskRecord, template: dict[str, Any], inputs: dict[str, str]
+    ) -> dict[str, str] | None:
+        limit = int(template.get("parallelism") or 0)
+        refs: dict[str, str] = {}
+        for index, group in enumerate(template["steps"]):
+            if self.stopping.is_set():
+                record.state, record.message = TaskState.FAILED, self._stopped_message()
+                return None
+            base = f"{record.name}[{index}]"
+            scope = {**self.globals, **inputs, **refs}
+            nodes: dict[str, TaskRecord] = {}
+            loops: dict[str, list[TaskRecord]] = {}
+            units: list[Unit] = []
+            for step in group:
+                name = step["name"]
+                nodes[name], more, children = self._expand(f"{base}.{name}", name, step, scope)
+                units += more
+                if children is not None:
+                    loops[name] = children
+            self._run_all(units, limit)
+            steps = {s["name"]: s for s in group}
+            for name, node in nodes.items():
+                children = loops.get(name, [node])
+                bad = next((c for c in children if c.state.failed), None)
+                if bad is not None and not continues(steps[name], bad.state):
+                    record.state = TaskState.FAILED
+                    record.message = f"child '{bad.name}' failed"
+                    return None
+                if name in loops:
+                    refs.update(aggregate("steps", name, children))
+                    node.state = group_state(children)  # not a node in Argo: steps keep no group
+                    with self.lock:
+                        self.tasks.pop(node.name, None)
+                else:
+                    refs.update(node_refs("steps", name, node))
+        return refs

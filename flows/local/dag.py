@@ -86,6 +86,7 @@ class DagExecution(NodeExecution):
 
         with ThreadPoolExecutor(max_workers=limit or MAX_THREADS) as pool:
             try:
+                changed = False
                 while True:
                     if not self.stopping.is_set() and not (fail_fast and failed()):
                         while decide():
@@ -93,14 +94,17 @@ class DagExecution(NodeExecution):
                         started = len(running)
                         while queue and self._launch(pool, running, queue[0], limit):
                             queue.pop(0)
-                        if len(running) > started:
-                            self._started()
+                        changed = changed or len(running) > started
+                    if changed:  # once per batch: a save writes every node
+                        self._changed()
+                        changed = False
                     if not running:
                         break
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in done:
                         running.pop(future)
                         future.result()
+                    changed = True
                     for name, children in loops.items():
                         group = nodes[name]
                         if group.state is TaskState.RUNNING and all(c.state.done for c in children):

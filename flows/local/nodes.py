@@ -107,12 +107,10 @@ class NodeExecution:
             return record
         record.state = TaskState.RUNNING
         self._run_task(task, record, scope)
-        self.save_state()
-        self.on_change(self)
         return record
 
-    def _started(self) -> None:
-        """Nodes were started: they show as Running on disk and in the view."""
+    def _changed(self) -> None:
+        """Nodes started or finished: the state on disk and the view follow."""
         self.save_state()
         self.on_change(self)
 
@@ -181,13 +179,11 @@ class NodeExecution:
         with ThreadPoolExecutor(max_workers=limit or MAX_THREADS) as pool:
             try:
                 while queue or running:
-                    started = len(running)
                     while queue and not self.stopping.is_set():
                         if not self._launch(pool, running, queue[0], limit):
                             break
                         queue.pop(0)
-                    if len(running) > started:
-                        self._started()
+                    self._changed()  # once per batch: a save writes every node
                     if not running:
                         break
                     done, _ = wait(running, return_when=FIRST_COMPLETED)

@@ -271,6 +271,17 @@ def test_examples_with_what_is_not_implemented_are_refused_by_name(
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("field", ["retryStrategy", "memoize", "activeDeadlineSeconds"])
+def test_what_would_retry_or_stop_a_whole_steps_template_is_refused(
+    tmp_path: Path, field: str
+) -> None:
+    value = {"retryStrategy": {"limit": 1}, "memoize": {"key": "k"}}.get(field, 5)
+    manifest = steps_workflow([[{"name": "s", "template": "ok"}]], [sh("ok", "true")])
+    manifest["spec"]["templates"][0][field] = value
+    with pytest.raises(UnsupportedFeature, match=f"template main: {field} on a steps template"):
+        LocalRunner(manifest, tmp_path / "runs")
+
+
 @pytest.mark.parametrize(
     ("script", "message"),
     [

@@ -189,8 +189,9 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
         )
         problem = script_interpreter_problem(where, script)
         problems += [problem] if problem else []
-    if composite and "memoize" in template:
-        problems.append(f"{where}: memoize on a {kinds[0]} template")
+    for field in ("memoize", "retryStrategy", "activeDeadlineSeconds"):
+        if composite and field in template:  # Argo retries a whole DAG; not done here
+            problems.append(f"{where}: {field} on a {kinds[0]} template")
     if "container" in template:
         container = template["container"]
         problems += _extra(f"{where}.container", container, CONTAINER_FIELDS, CONTAINER_IGNORED)

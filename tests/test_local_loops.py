@@ -411,3 +411,23 @@ def test_max_duration_stops_a_retry_that_runs_past_it(tmp_path: Path) -> None:
     assert time.monotonic() - begun < 12  # the second attempt is stopped at ~2 s, not 30
     assert result.status == "Failed"
     assert result.tasks["t"].attempts == 2
+
+
+def test_resume_runs_again_only_the_items_that_failed(tmp_path: Path) -> None:
+    flag = tmp_path / "fixed"
+    n = "{{inputs.parameters.n}}"
+    script = f"echo {n} >> {tmp_path}/ran; [ {n} != 1 ] || test -e {flag}"
+    tasks = [{"name": "loop", "template": "t", "withItems": [0, 1, 2],
+              "arguments": {"parameters": [{"name": "n", "value": "{{item}}"}]}}]  # fmt: skip
+    runner, result = run(tmp_path, dag_workflow(tasks, [sh("t", script, "n")]))
+    assert result.status == "Failed"
+    assert result.tasks["loop(1:1)"].state is TaskState.FAILED
+    flag.touch()
+    resumed = LocalRunner.resume(runner.run_dir, cache_dir=tmp_path / "cache", cwd=tmp_path)
+    again = resumed.run()
+    assert again.status == "Succeeded"
+    assert states(again) == {
+        "loop": "Succeeded", "loop(0:0)": "Succeeded", "loop(1:1)": "Succeeded",
+        "loop(2:2)": "Succeeded",
+    }  # fmt: skip
+    assert sorted((tmp_path / "ran").read_text().split()) == ["0", "1", "1", "2"]

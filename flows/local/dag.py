@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from flows.local.loops import aggregate, group_state
+from flows.local.loops import aggregate, group_state, is_loop
 from flows.local.nodes import MAX_THREADS, NodeExecution, Unit, continues, node_refs
 from flows.local.records import TaskRecord, TaskState
 
@@ -62,16 +62,23 @@ class DagExecution(NodeExecution):
                 decided = True
                 if key(name) in self.kept:
                     nodes[name] = self.tasks[key(name)]
-                    kept = list(self.tasks.items())
-                    loops[name] = [r for k, r in kept if k.startswith(key(name) + "(")]
+                    if is_loop(task):
+                        kept = list(self.tasks.items())
+                        loops[name] = [r for k, r in kept if k.startswith(key(name) + "(")]
                 elif all(self._satisfies(tasks[d], nodes[d]) for d in task_dependencies(task)):
                     scope = {**self.globals, **inputs, **refs()}
-                    nodes[name], units, children = self._expand(key(name), name, task, scope)
+                    node, units, children = self._expand(key(name), name, task, scope)
                     queue.extend(units)
                     if children is not None:
                         loops[name] = children
-                        nodes[name].kind, nodes[name].state = "TaskGroup", TaskState.RUNNING
-                        nodes[name].started = time.time()
+                        node = self._node(key(name), task["template"], "TaskGroup")
+                        node.kind, node.state, node.started = (
+                            "TaskGroup",
+                            TaskState.RUNNING,
+                            time.time(),
+                        )
+                    assert node is not None
+                    nodes[name] = node
                 else:
                     nodes[name] = self._settle(
                         key(name), task["template"], TaskState.OMITTED,

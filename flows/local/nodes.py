@@ -139,15 +139,17 @@ class NodeExecution:
         if limit and len(running) >= limit:
             return False
         key, task, scope = unit
-        self._node(key, task["template"]).state = TaskState.RUNNING
+        if key not in self.kept:  # a kept node keeps its phase; _run_unit skips it
+            self._node(key, task["template"]).state = TaskState.RUNNING
         running[pool.submit(self._run_unit, key, task, scope)] = key
         return True
 
     def _expand(
         self, key: str, name: str, task: dict[str, Any], scope: dict[str, str]
-    ) -> tuple[TaskRecord, list[Unit], list[TaskRecord] | None]:
+    ) -> tuple[TaskRecord | None, list[Unit], list[TaskRecord] | None]:
         """A task's node and what to run for it: itself, or one node per item (its
-        children); a loop that cannot expand is an Error node, an empty one Skipped."""
+        children, and no node of its own: a DAG adds its TaskGroup); a loop that cannot
+        expand is an Error node, an empty one Skipped."""
         if not is_loop(task):
             return self._node(key, task["template"]), [(key, task, scope)], None
         try:
@@ -170,7 +172,7 @@ class NodeExecution:
             child = parent + node_name(name, index, item)
             children.append(self._node(child, task["template"]))
             units.append((child, task, {**scope, **item_scope(item)}))
-        return self._node(key, task["template"]), units, children
+        return None, units, children
 
     def _run_all(self, units: list[Unit], limit: int) -> None:
         """A step group's nodes side by side, at most ``limit`` at once (0: no limit)."""

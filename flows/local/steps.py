@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.local.loops import aggregate, group_state
+from flows.local.loops import aggregate
 from flows.local.nodes import NodeExecution, Unit, continues, node_refs
 from flows.local.records import TaskRecord, TaskState
 
@@ -26,29 +26,28 @@ class StepsExecution(NodeExecution):
                 return None
             base = f"{record.name}[{index}]"
             scope = {**self.globals, **inputs, **refs}
-            nodes: dict[str, TaskRecord] = {}
-            loops: dict[str, list[TaskRecord]] = {}
+            nodes: dict[str, list[TaskRecord]] = {}  # a step's node, or its items' nodes
+            looping: set[str] = set()
             units: list[Unit] = []
             for step in group:
                 name = step["name"]
-                nodes[name], more, children = self._expand(f"{base}.{name}", name, step, scope)
+                node, more, children = self._expand(f"{base}.{name}", name, step, scope)
                 units += more
                 if children is not None:
-                    loops[name] = children
+                    nodes[name] = children
+                    looping.add(name)
+                elif node is not None:
+                    nodes[name] = [node]
             self._run_all(units, limit)
             steps = {s["name"]: s for s in group}
-            for name, node in nodes.items():
-                children = loops.get(name, [node])
+            for name, children in nodes.items():
                 bad = next((c for c in children if c.state.failed), None)
                 if bad is not None and not continues(steps[name], bad.state):
                     record.state = TaskState.FAILED
                     record.message = f"child '{bad.name}' failed"
                     return None
-                if name in loops:
+                if name in looping:
                     refs.update(aggregate("steps", name, children))
-                    node.state = group_state(children)  # not a node in Argo: steps keep no group
-                    with self.lock:
-                        self.tasks.pop(node.name, None)
                 else:
-                    refs.update(node_refs("steps", name, node))
+                    refs.update(node_refs("steps", name, children[0]))
         return refs

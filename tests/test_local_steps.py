@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
+from rich.console import Console
 
 from flows.local.checks import UnsupportedFeature
 from flows.local.runner import LocalRunner
+from flows.local.view import print_summary
 
 EXAMPLES = Path(__file__).parent / "argo_examples"
 
@@ -158,6 +160,10 @@ def test_a_failed_step_fails_its_group_and_no_later_group_runs(tmp_path: Path) -
     assert states(result) == {"[0].ok": "Succeeded", "[0].bad": "Failed"}  # the group waits
     assert runner.root.message == "child '[0].bad' failed"
     assert result.failed_task.name == "[0].bad"
+    console = Console(record=True, width=300)
+    print_summary(result, runner, console)
+    log = result.run_dir / "logs" / "_0_.bad.log"  # the log the summary names exists
+    assert f"last lines of {log}" in console.export_text() and log.is_file()
 
 
 def test_continue_on_fail_example_succeeds_past_the_failed_step(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ back. A mixin of ``LocalRunner``, which holds the state these methods use."""
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 from flows.local.checks import UnsupportedFeature, substitute, substitute_all
 from flows.local.handlers import ProcessSpec, TaskHandler
 from flows.local.memo import MemoCache
-from flows.local.records import TaskRecord, TaskState
+from flows.local.records import TaskRecord, TaskState, file_name
 from flows.local.resources import finished_status, resource_process
 from flows.local.retry import Backoff, read_result
 from flows.local.script import script_process
@@ -108,8 +107,7 @@ class TaskExecution:
                 )
 
     def _execute(self, name: str, template: dict[str, Any], record: TaskRecord) -> None:
-        # a node's name holds [, (, : and a loop item's text; its directory goes into commands
-        name = re.sub(r"[^\w.-]", "_", name)
+        name = file_name(name)
         task_dir = self.run_dir / "tasks" / name
         log = self.run_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)

@@ -8,10 +8,17 @@ key is Argo's node name without the workflow's (``A``, ``A.B``, ``[0].step``, ``
 from __future__ import annotations
 
 import enum
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+def file_name(node: str) -> str:
+    """A node's name as a file or directory name (its log, its task directory): a node's
+    name holds [, (, : and a loop item's text, and its directory goes into commands."""
+    return re.sub(r"[^\w.-]", "_", node)
 
 
 class TaskState(str, enum.Enum):

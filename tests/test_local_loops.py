@@ -431,3 +431,22 @@ def test_resume_runs_again_only_the_items_that_failed(tmp_path: Path) -> None:
         "loop(2:2)": "Succeeded",
     }  # fmt: skip
     assert sorted((tmp_path / "ran").read_text().split()) == ["0", "1", "1", "2"]
+
+
+def test_a_steps_template_fail_fast_starts_no_item_after_a_failure(tmp_path: Path) -> None:
+    """Argo's loops-arbitrary-sequential-steps.yaml: parallelism 1 and failFast; the 4th
+    item exits 1, the last two never start, the workflow fails."""
+    runner, result = run(tmp_path, example("loops-arbitrary-sequential-steps"))
+    assert result.status == "Failed"
+    assert [(n.state.value, n.result) for n in result.tasks.values()] == [
+        ("Succeeded", "succeeds 1"), ("Succeeded", "succeeds 2"), ("Succeeded", "succeeds 3"),
+        ("Failed", "will fail and stop here"), ("Omitted", None), ("Omitted", None),
+    ]  # fmt: skip
+    assert runner.root.message == "template has failed or errored children and failFast enabled"
+
+
+def test_exit_code_output_variable_example_passes_the_exit_code_on(tmp_path: Path) -> None:
+    _, result = run(tmp_path, example("exit-code-output-variable"))
+    assert result.status == "Succeeded"
+    assert states(result) == {"[0].failing-container": "Failed", "[1].echo-container": "Succeeded"}
+    assert result.tasks["[1].echo-container"].result == "Exit code was: 123"

@@ -41,7 +41,7 @@ SPEC_IGNORED = {
 }  # fmt: skip
 TEMPLATE_FIELDS = {
     "name", "container", "script", "dag", "steps", "resource", "inputs", "outputs",
-    "retryStrategy", "activeDeadlineSeconds", "timeout", "memoize", "parallelism",
+    "retryStrategy", "activeDeadlineSeconds", "timeout", "memoize", "parallelism", "failFast",
 }  # fmt: skip
 TEMPLATE_IGNORED = {
     # "annotations" is no Template field: Argo drops it (examples/loops-param-argument.yaml)
@@ -189,6 +189,8 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
         )
         problem = script_interpreter_problem(where, script)
         problems += [problem] if problem else []
+    if "failFast" in template and not composite:  # a DAG's or steps template's field
+        problems.append(f"{where}: failFast")
     for field in ("memoize", "retryStrategy", "activeDeadlineSeconds"):
         if composite and field in template:  # Argo retries a whole DAG; not done here
             problems.append(f"{where}: {field} on a {kinds[0]} template")

@@ -16,7 +16,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from flows.local.loops import aggregate, group_state, is_loop
-from flows.local.nodes import MAX_THREADS, NodeExecution, Unit, continues, node_refs
+from flows.local.nodes import (
+    FAIL_FAST_MESSAGE,
+    MAX_THREADS,
+    NodeExecution,
+    Unit,
+    continues,
+    node_refs,
+)
 from flows.local.records import TaskRecord, TaskState
 
 
@@ -87,6 +94,8 @@ class DagExecution(NodeExecution):
             return decided
 
         def failed() -> bool:
+            if template.get("failFast") is True:  # the template's, not dag.failFast: any failure
+                return any(n.state.failed for n in nodes.values())
             return any(
                 n.state.failed and not continues(tasks[t], n.state) for t, n in nodes.items()
             )
@@ -121,6 +130,7 @@ class DagExecution(NodeExecution):
                 self.stopping.set()
                 self.handler.interrupt()
                 raise
+        cut_short = bool(queue) or len(nodes) < len(tasks)
         why = self._stopped_message() if self.stopping.is_set() else "an upstream task failed"
         for unit_key, task, _ in queue:  # not started: failFast or a stop
             self._settle(unit_key, task["template"], TaskState.OMITTED, why, "Pod")
@@ -134,6 +144,9 @@ class DagExecution(NodeExecution):
                 nodes[name].state = TaskState.FAILED if cut else group_state(loops[name])
                 nodes[name].finished = time.time()
         phase = self._dag_phase(tasks, nodes, fail_fast)
+        if template.get("failFast") is True and cut_short and failed():
+            record.state, record.message = TaskState.FAILED, FAIL_FAST_MESSAGE
+            return None
         if phase is not TaskState.SUCCEEDED:
             record.state = phase
             record.message = self._stopped_message() if self.stopping.is_set() else ""

@@ -27,6 +27,7 @@ from flows.local.records import TaskRecord, TaskState
 from flows.local.signals import STOP_MESSAGE
 
 Unit = tuple[str, dict[str, Any], dict[str, str]]  # node key, task or step, its scope
+FAIL_FAST_MESSAGE = "template has failed or errored children and failFast enabled"
 MAX_THREADS = 4096  # no template parallelism: every ready node at once, as Argo
 
 
@@ -174,14 +175,17 @@ class NodeExecution:
             units.append((child, task, {**scope, **item_scope(item)}))
         return None, units, children
 
-    def _run_all(self, units: list[Unit], limit: int) -> None:
-        """A step group's nodes side by side, at most ``limit`` at once (0: no limit)."""
+    def _run_all(self, units: list[Unit], limit: int, fail_fast: bool = False) -> bool:
+        """A step group's nodes side by side, at most ``limit`` at once (0: no limit). With
+        the template's ``failFast``, none starts after one failed (``continueOn`` or not, as
+        Argo counts them); returns whether that left some unstarted."""
         running: dict[Future, str] = {}
         queue = list(units)
+        failed: list[str] = []
         with ThreadPoolExecutor(max_workers=limit or MAX_THREADS) as pool:
             try:
                 while queue or running:
-                    while queue and not self.stopping.is_set():
+                    while queue and not self.stopping.is_set() and not failed:
                         if not self._launch(pool, running, queue[0], limit):
                             break
                         queue.pop(0)
@@ -191,10 +195,13 @@ class NodeExecution:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for future in done:
                         running.pop(future)
-                        future.result()
+                        if future.result().state.failed and fail_fast:
+                            failed.append(future.result().name)
             except BaseException:
                 self.stopping.set()
                 self.handler.interrupt()
                 raise
-        for key, step, _ in queue:  # not started: a stop
-            self._settle(key, step["template"], TaskState.OMITTED, self._stopped_message(), "Pod")
+        why = FAIL_FAST_MESSAGE if failed else self._stopped_message()
+        for key, step, _ in queue:  # not started: failFast or a stop
+            self._settle(key, step["template"], TaskState.OMITTED, why, "Pod")
+        return bool(failed and queue)

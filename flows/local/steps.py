@@ -3,6 +3,7 @@ steps.go): the groups in order, the steps of a group side by side (at most the t
 ``parallelism`` at once). A group fails when one of its steps failed without ``continueOn``;
 then the template fails ("child '...' failed") and no later group runs. A looping step is one
 node per item, with no node of its own; later groups see the items' outputs aggregated.
+With the template's ``failFast: true``, no step of a group starts after one failed.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from flows.local.loops import aggregate
-from flows.local.nodes import NodeExecution, Unit, continues, node_refs
+from flows.local.nodes import FAIL_FAST_MESSAGE, NodeExecution, Unit, continues, node_refs
 from flows.local.records import TaskRecord, TaskState
 
 
@@ -38,7 +39,9 @@ class StepsExecution(NodeExecution):
                     looping.add(name)
                 elif node is not None:
                     nodes[name] = [node]
-            self._run_all(units, limit)
+            if self._run_all(units, limit, fail_fast=template.get("failFast") is True):
+                record.state, record.message = TaskState.FAILED, FAIL_FAST_MESSAGE
+                return None
             steps = {s["name"]: s for s in group}
             for name, children in nodes.items():
                 bad = next((c for c in children if c.state.failed), None)

@@ -22,9 +22,11 @@ LABEL org.opencontainers.image.title="cifar-optimize" \
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 MPLCONFIGDIR=/tmp/matplotlib
 COPY --from=build /wheels /wheels
 # NGC's torch and torch-tensorrt are kept: pip only adds what the [train], [onnx] and
-# [openvino] extras lack (ONNX Runtime, OpenVINO and NNCF for the CPU variants).
+# [openvino] extras lack (ONNX Runtime, OpenVINO and NNCF for the CPU variants), and the
+# [tensorrt] extra's ModelOpt for TensorRT INT8 (its torch-tensorrt pin is NGC's already).
 # Installing by version fails the build when VERSION is not the package version.
-RUN pip install --no-cache-dir --find-links /wheels "cifar-pipeline[train,onnx,openvino]==${VERSION}" && rm -rf /wheels \
+RUN pip install --no-cache-dir --find-links /wheels "cifar-pipeline[train,onnx,openvino]==${VERSION}" \
+      "nvidia-modelopt>=0.47,<0.48" "huggingface-hub>=0.30" && rm -rf /wheels \
     && useradd --create-home --uid 10001 pipeline
 USER 10001
 WORKDIR /home/pipeline

@@ -53,7 +53,7 @@ from flows.manifests.pod import (
     config_args,
     pod_security,
 )
-from flows.train_step import train_template
+from flows.train_step import train_templates
 from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"
@@ -147,7 +147,7 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
             cache=m.Cache(config_map=m.LocalObjectReference(name=c.cache_configmap)),
         ),
     )
-    train = train_template(cfg, settings, parameterized=parameterized)
+    trains = train_templates(cfg, settings, parameterized=parameterized)
     model, data = ["--model", _inp("model-uri")], ["--dataset", _inp("dataset-uri")]
     run = ["--mlflow-run-id", _inp("run-id"), *out_dir]
     optimize = container_step(
@@ -203,10 +203,14 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
     shared = {"dataset-uri": _out("stage", "dataset-uri"), "run-id": _out("create-run", "run-id")}
     with DAG(name=ENTRYPOINT):
         roots = [create_run(name="create-run"), stage(name="stage")]
-        train_task = train(name="train", arguments={**shared, "model-uri": uris["model-uri"]})
+        train_args = {**shared, "model-uri": uris["model-uri"]}
+        # One of them runs, the others are Skipped: a plain dependency on each holds.
+        train_tasks = [t(name=t.name, when=when, arguments=train_args) for t, when in trains]
         optimize_task = optimize(name="optimize", arguments={**shared, **uris})
         bench_args = {**shared, **uris, "output-uri": f"{root}/benchmark"}
-        roots >> train_task >> optimize_task >> benchmark(name="benchmark", arguments=bench_args)
+        for train_task in train_tasks:
+            roots >> train_task
+        train_tasks >> optimize_task >> benchmark(name="benchmark", arguments=bench_args)
 
 
 def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:

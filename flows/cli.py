@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from flows import parameters, submit
+from flows import argo_server, parameters, submit
 from flows.cifar import (
     build_cron_workflow,
     build_submission,
@@ -180,11 +180,11 @@ def run(args: argparse.Namespace) -> int:
     values = parameters.parse(args.parameters)
     # -p values are checked as the config fields they stand for; the template keeps the
     # config's values as defaults, the run gets the given ones
-    base = submit.resolve_config(load_config(args.config, args.overrides), os.environ)
+    base = argo_server.resolve_config(load_config(args.config, args.overrides), os.environ)
     given = base
     if values:  # loaded again so each value is checked and reported as its field
         overrides = [*args.overrides, *parameters.as_overrides(values)]
-        given = submit.resolve_config(load_config(args.config, overrides), os.environ)
+        given = argo_server.resolve_config(load_config(args.config, overrides), os.environ)
     nproc_per_node(given)  # the run's processes must fit its GPUs, whatever the template's
     if args.render_runtime:
         applied = {k: v for k, v in labels(base).items() if k != "app.kubernetes.io/managed-by"}
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     if args.render:
         sys.stdout.write(render(template, workflow))
         return 0
-    target = submit.preflight(given, os.environ)
+    target = argo_server.preflight(given, os.environ)
     submit.apply_template(template, target)
     if args.cron:
         return submit.submit_cron(workflow, base, target)  # type: ignore[arg-type]
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"cifar: error: {exc}", file=sys.stderr)
         return 2
-    except submit.SubmitError as exc:
+    except argo_server.SubmitError as exc:
         if args.debug:
             raise
         print(exc, file=sys.stderr)

@@ -26,6 +26,7 @@ from steps.common.config import PipelineConfig
 ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # how argo logs finds a pod
 JOB_DEADLINE_MARGIN_S = 900  # the job's own deadline fires first and says why
 MANIFEST_PATH = "/tmp/manifest.yaml"
+MULTINODE = "train-multinode"
 CONDITIONS = {
     "pytorchjob": (pytorchjob.SUCCESS, pytorchjob.FAILURE),
     "trainjob": (trainjob.SUCCESS, trainjob.FAILURE),
@@ -45,9 +46,11 @@ def job_labels(cfg: PipelineConfig) -> dict[str, str]:
     }
 
 
-def job_manifest(cfg: PipelineConfig, settings: list[str], *, parameterized: bool) -> str:
+def job_manifest(
+    cfg: PipelineConfig, settings: list[str], *, parameterized: bool, multinode: bool = True
+) -> str:
     """The job's YAML: the config's values, or ``{{workflow.parameters.x}}`` where a run
-    may change them."""
+    may change them (a PyTorchJob for one node, or for several: ``multinode``)."""
     args = ["-m", "steps.train", "--dataset", _inp("dataset-uri"), "--output", _inp("model-uri")]
     args += ["--mlflow-run-id", _inp("run-id"), *settings]
     spec: dict[str, Any] = dict(args=args, env=pod_env(cfg), labels=job_labels(cfg))
@@ -55,7 +58,9 @@ def job_manifest(cfg: PipelineConfig, settings: list[str], *, parameterized: boo
     if parameterized:
         refs = {n: parameters.ref(n) for n in ("nodes", "gpus-per-node", "nproc-per-node")}
         refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"
-        return module.parameterized_manifest(cfg, refs=refs, **spec)
+        if module is pytorchjob:
+            return pytorchjob.parameterized_manifest(cfg, refs=refs, multinode=multinode, **spec)
+        return trainjob.parameterized_manifest(cfg, refs=refs, **spec)
     if module is trainjob:
         data = trainjob.to_manifest(trainjob.build_trainjob(cfg, **spec))
     else:
@@ -63,8 +68,30 @@ def job_manifest(cfg: PipelineConfig, settings: list[str], *, parameterized: boo
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def train_template(cfg: PipelineConfig, settings: list[str], *, parameterized: bool) -> Resource:
-    text = job_manifest(cfg, settings, parameterized=parameterized)
+def train_templates(
+    cfg: PipelineConfig, settings: list[str], *, parameterized: bool
+) -> list[tuple[Resource, str | None]]:
+    """The training step's templates, each with the ``when`` that picks it (None: always).
+
+    One, except for a WorkflowTemplate's PyTorchJob: the Training Operator's webhook refuses
+    a Worker replica of 0, so ``train`` (the Master alone) runs when the ``nodes``
+    parameter is 1 and ``train-multinode`` (Master + nodes - 1 Workers) when it is more;
+    the other one is Skipped.
+    """
+    if not (parameterized and cfg.train.launcher == "pytorchjob"):
+        return [(train_template(cfg, settings, parameterized=parameterized), None)]
+    nodes = parameters.ref("nodes")
+    return [
+        (train_template(cfg, settings, parameterized=True, multinode=False), f"{nodes} <= 1"),
+        (train_template(cfg, settings, parameterized=True, multinode=True), f"{nodes} > 1"),
+    ]
+
+
+def train_template(
+    cfg: PipelineConfig, settings: list[str], *, parameterized: bool, multinode: bool = False
+) -> Resource:
+    """``multinode``: the PyTorchJob with Workers, as template ``train-multinode``."""
+    text = job_manifest(cfg, settings, parameterized=parameterized, multinode=multinode)
     inputs: list[Parameter | Artifact] = [
         Parameter(name=n) for n in ("dataset-uri", "model-uri", "run-id")
     ]
@@ -74,7 +101,7 @@ def train_template(cfg: PipelineConfig, settings: list[str], *, parameterized: b
         source = {"manifest_from": m.ManifestFrom(artifact=m.Artifact(name="manifest"))}
     success, failure = CONDITIONS[cfg.train.launcher]
     return Resource(
-        name="train",
+        name=MULTINODE if multinode else "train",
         action="create",
         set_owner_reference=True,
         success_condition=success,

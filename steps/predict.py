@@ -8,10 +8,13 @@ orientation, converted to RGB, centre-cropped to a square (CIFAR images are squa
 centred), resized to 32 x 32 with Pillow's antialiased bilinear filter (a 32 x 32 picture is
 left as it is), then normalised exactly as in training (``steps.common.inference.normalize``).
 Prints ``IMAGE: class probability`` per image (the top K with ``--top-k``). With
-``--optimized`` the fastest variant that runs here is used (TensorRT, AOTInductor BF16 and
-FP32, TorchScript, export, in that order, or ``--variant``), falling back to eager. A file that
-is not an image is a one-line error for that file; the others are still classified, and
-the exit code is then 2.
+``--optimized`` the variant is chosen by one rule: with ``--report`` each batch runs on the
+variant the benchmark measured fastest at that batch size; without it, the first that runs
+here of ``steps.common.runtime.PREFERENCE`` (the measured order: TensorRT, ORT's GPU
+providers, OpenVINO and ONNX Runtime INT8, AOTInductor BF16, OpenVINO, ONNX Runtime,
+AOTInductor, TorchScript, export), or ``--variant``; eager when none runs. A file that is
+not an image is a one-line error for that file; the others are still classified, and the
+exit code is then 2.
 """
 
 from __future__ import annotations
@@ -30,13 +33,9 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from steps.common.config import load_config
 from steps.common.device import pick_device
 from steps.common.inference import DTYPES, InputError, Runner, load_trained, normalize, run_batched
-from steps.common.runtime import (
-    load_variants,
-    open_optimized,
-)
+from steps.common.runtime import PREFERENCE, load_variants, open_optimized, variant_order
 from steps.common.step_cli import add_common, exit_process, run_main
 
-PREFERENCE = ("tensorrt_fp16", "tensorrt_fp32", "aoti_bf16", "aoti", "torchscript", "export")
 SIDE = 32
 
 
@@ -68,7 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="JPEG/PNG files")
     parser.add_argument("--model", required=True, help="MODEL_URI written by steps.train")
     parser.add_argument("--optimized", help="OPT_URI written by steps.optimize")
-    parser.add_argument("--variant", help=f"use this variant (default: first of {PREFERENCE})")
+    parser.add_argument(
+        "--variant",
+        help=f"use this variant (default: the first that runs of {', '.join(PREFERENCE)})",
+    )
     parser.add_argument(
         "--report",
         help="REPORT_URI written by steps.benchmark: run each batch on the variant it measured "
@@ -156,7 +158,7 @@ def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runn
     doc = open_optimized(args.optimized, trained, cfg.storage)
     if getattr(args, "report", None) and not args.variant:
         return dispatched(args, cfg, doc, trained, device, workdir)
-    order = [args.variant] if args.variant else list(PREFERENCE)
+    order = [args.variant] if args.variant else variant_order(doc)
     unknown = [n for n in order if n != "eager" and n not in doc["variants"]]
     if unknown:
         raise InputError(

@@ -51,7 +51,20 @@ def weed_binary() -> str:
 class SeaweedFS:
     """``weed server -s3`` in one process; start, kill and restart on the same data."""
 
-    def __init__(self, directory: Path) -> None:
+    # The suite makes a bucket per test, each a collection with volumes of its own: one
+    # volume per new collection (7 by default, master.toml volume_growth) and room for many.
+    TEST_VOLUMES = (
+        ["-master.volumeSizeLimitMB=256", "-volume.max=400"],
+        {"WEED_MASTER_VOLUME_GROWTH_COPY_1": "1"},
+    )
+
+    def __init__(
+        self,
+        directory: Path,
+        volumes: tuple[list[str], dict[str, str]] = TEST_VOLUMES,
+    ) -> None:
+        """``volumes``: the volume flags and ``WEED_*`` environment the server starts with."""
+        self.volume_args, self.volume_env = volumes
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         # Every listener gets an explicit free port: gRPC ports default to port + 10000.
@@ -95,8 +108,7 @@ class SeaweedFS:
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             f"-s3.config={self.config}",
-            "-master.volumeSizeLimitMB=256",
-            "-volume.max=50",
+            *self.volume_args,
             "-master.telemetry=false",
             # One node: elect itself at once after a restart instead of in ~20 s.
             "-master.electionTimeout=1s",
@@ -126,7 +138,11 @@ class SeaweedFS:
     def start(self, timeout_s: float = 60.0) -> SeaweedFS:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **self.volume_env},
             )
         deadline = time.monotonic() + timeout_s
         client = self.client()

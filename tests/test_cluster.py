@@ -18,6 +18,7 @@ import yaml
 
 from steps.common.config import package_version
 from tests.conftest import REPO_ROOT, SHARED
+from tests.servers import SeaweedFS
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
@@ -215,3 +216,27 @@ def test_the_s3_endpoint_is_seaweedfs_everywhere() -> None:
     assert pod["initContainers"][0]["envFrom"] == [{"secretRef": {"name": "seaweedfs-credentials"}}]
     text = "\n".join(p.read_text() for p in CLUSTER.rglob("*.yaml"))
     assert "minio" not in text.lower()
+
+
+def test_seaweedfs_as_deployed_takes_a_write_in_every_bucket(tmp_path: Path) -> None:
+    """The deployment's volume settings leave room for every bucket the Job creates: each
+    bucket is a collection that grows volumes of its own (7 by default, past the default
+    ``-volume.max`` of 8 at the second bucket)."""
+    docs = [d for d in yaml.safe_load_all((CLUSTER / "seaweedfs" / "seaweedfs.yaml").read_text())]
+    (deploy,) = [d for d in docs if d and d["kind"] == "Deployment"]
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    volume_args = [a for a in container["args"] if a.startswith(("-volume.", "-master.volume"))]
+    volume_env = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("WEED_")}
+    job = yaml.safe_load((CLUSTER / "seaweedfs" / "buckets-job.yaml").read_text())
+    script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    buckets = re.search(r"for bucket in ([\w -]+); do", script).group(1).split()
+    assert len(buckets) >= 3
+    server = SeaweedFS(tmp_path, volumes=(volume_args, volume_env)).start()
+    try:
+        client = server.client()
+        for bucket in buckets:
+            client.create_bucket(Bucket=bucket)
+            client.put_object(Bucket=bucket, Key="probe", Body=b"written")
+            assert client.get_object(Bucket=bucket, Key="probe")["Body"].read() == b"written"
+    finally:
+        server.stop()

@@ -102,3 +102,14 @@ def test_check_names_a_config_with_a_stale_tag(
         "configs/old.yaml: images.tag '0.0.9' is not the package version '0.1.0'"
     ]
     assert images.main(["check"]) == 1
+
+
+def test_optimize_image_has_the_tensorrt_extras_quantizer() -> None:
+    """NGC's base brings torch-tensorrt; ModelOpt (TensorRT INT8) is installed with the
+    [tensorrt] extra's own pins, or tensorrt_int8 would be skipped on every GPU."""
+    import tomllib
+
+    extra = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    pins = [p for p in extra["optional-dependencies"]["tensorrt"] if "torch-tensorrt" not in p]
+    dockerfile = (REPO_ROOT / "containers" / "optimize.Dockerfile").read_text()
+    assert pins and all(f'"{pin}"' in dockerfile for pin in pins), pins

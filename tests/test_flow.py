@@ -91,10 +91,40 @@ def parameter_values(wf: dict[str, Any], **given: str) -> dict[str, str]:
     return {**values, **given}
 
 
+WHEN = re.compile(r"\s*(\d+)\s*(<=|>)\s*(\d+)\s*")
+
+
+def when_holds(condition: str) -> bool:
+    """The two forms of ``when`` the pipeline uses, as govaluate decides them."""
+    match = WHEN.fullmatch(condition)
+    assert match, condition
+    left, op, right = int(match.group(1)), match.group(2), int(match.group(3))
+    return left <= right if op == "<=" else left > right
+
+
+def train_tasks(wf: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = wf["spec"].get("workflowSpec", wf["spec"])
+    dag = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])["dag"]
+    return [t for t in dag["tasks"] if t["template"].startswith("train")]
+
+
+def train_template_of(wf: dict[str, Any], **given: str) -> dict[str, Any]:
+    """The training template that runs with these parameters: the task whose ``when``
+    holds (exactly one; a task without ``when`` always runs)."""
+    values = parameter_values(wf, **given) if "arguments" in wf["spec"] else {}
+    running = [
+        t
+        for t in train_tasks(wf)
+        if "when" not in t or when_holds(argo_substitute(t["when"], values))
+    ]
+    assert len(running) == 1, running
+    return templates(wf)[running[0]["template"]]
+
+
 def job_of(wf: dict[str, Any], **given: str) -> dict[str, Any]:
     """The training job, as the API server gets it: a WorkflowTemplate's manifest is its
     raw input artifact with the parameters (defaults, or ``given``) substituted."""
-    train = templates(wf)["train"]
+    train = train_template_of(wf, **given)
     if "manifest" in train["resource"]:
         return yaml.safe_load(train["resource"]["manifest"])
     assert train["resource"]["manifestFrom"] == {"artifact": {"name": "manifest"}}

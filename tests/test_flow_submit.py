@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from flows import cli
-from flows.submit import resolve_config
+from flows.argo_server import resolve_config
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.test_flow import SECRETS

@@ -5,6 +5,7 @@ config, the job's size and GPUs, the staging cache key) and nothing else."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,16 @@ import yaml
 from flows.cifar import build_template, build_workflow
 from flows.train_step import ARGO_WORKFLOW_LABEL
 from steps.common.config import load_config
-from tests.test_flow import CONFIGS, argo_substitute, job_of, parameter_values, templates
+from tests.test_flow import (
+    CONFIGS,
+    argo_substitute,
+    job_of,
+    parameter_values,
+    templates,
+    train_tasks,
+    when_holds,
+)
+from tests.test_pytorchjob import webhook_problems
 
 GPU = "nvidia.com/gpu"
 
@@ -47,18 +57,37 @@ def _normalized(template: dict[str, Any]) -> dict[str, Any]:
 
 def _without_job_details(job: dict[str, Any]) -> dict[str, Any]:
     """What may differ between the two forms of the same job: the name's room for larger
-    jobs, an empty Worker replica, and a request for zero GPUs."""
+    jobs, and a request for zero GPUs."""
     job = copy.deepcopy(job)
     job["metadata"].pop("generateName")
     specs = job["spec"]["pytorchReplicaSpecs"]
-    if specs.get("Worker", {}).get("replicas") == 0:
-        del specs["Worker"]
     for replica in specs.values():
         resources = replica["template"]["spec"]["containers"][0]["resources"]
         for part in resources.values():
             if part.get(GPU) == "0":
                 del part[GPU]
     return job
+
+
+def _run_as_argo_would(found: dict[str, dict[str, Any]], entrypoint: str) -> None:
+    """Drop the tasks whose ``when`` is false (Argo skips them; a plain dependency on a
+    Skipped task holds) and their templates, so the DAG reads as the inline one."""
+    dag = found[entrypoint]["dag"]
+    skipped = {t["name"] for t in dag["tasks"] if "when" in t and not when_holds(t["when"])}
+    dag["tasks"] = [t for t in dag["tasks"] if t["name"] not in skipped]
+    for task in dag["tasks"]:
+        task.pop("when", None)
+        if "depends" in task:
+            names = [n.strip() for n in task["depends"].split("&&")]
+            task["depends"] = " && ".join(n for n in names if n not in skipped)
+    for name in skipped:
+        del found[name]
+    if "train-multinode" in found:  # the inline workflow's job has its size written in
+        found["train"] = {**found.pop("train-multinode"), "name": "train"}
+        for task in dag["tasks"]:
+            for key in ("name", "template", "depends"):
+                if key in task:
+                    task[key] = re.sub(r"\btrain-multinode\b", "train", task[key])
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -69,6 +98,7 @@ def test_the_template_with_its_defaults_is_the_inline_workflow(path: Path) -> No
     NPROC["auto"] = int(values["nproc-per-node"])
     resolved = yaml.safe_load(argo_substitute(yaml.safe_dump(template), values))
     mine, theirs = templates(resolved), templates(inline)
+    _run_as_argo_would(mine, template["spec"]["entrypoint"])
     assert mine.keys() == theirs.keys()
     for name in mine.keys() - {"train", "stage"}:
         assert _normalized(mine[name]) == _normalized(theirs[name]), name
@@ -129,3 +159,24 @@ def test_every_rank_logs_to_the_workflow(path: Path) -> None:
             pod_labels = replica["template"]["metadata"]["labels"]
             assert pod_labels[ARGO_WORKFLOW_LABEL] == "{{workflow.name}}"
             assert replica["template"]["spec"]["containers"][0]["name"] == "pytorch"
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("nodes", [1, 2, 5])
+def test_the_job_of_any_size_passes_the_operators_webhook(path: Path, nodes: int) -> None:
+    """Training Operator v1.9 refuses a Worker replica of 0 (pytorchjob_webhook.go: "must
+    be at least 1"): one node runs ``train`` (the Master alone), more run
+    ``train-multinode``; exactly one of them runs for each size."""
+    cfg = load_config(path)
+    template = build_template(cfg).to_dict()
+    if cfg.train.launcher != "pytorchjob":
+        pytest.skip("a TrainJob has numNodes, no replica types")
+    values = parameter_values(template, nodes=str(nodes))
+    ran = [
+        t["name"] for t in train_tasks(template) if when_holds(argo_substitute(t["when"], values))
+    ]
+    assert ran == (["train"] if nodes == 1 else ["train-multinode"])
+    job = job_of(template, nodes=str(nodes))
+    assert webhook_problems(job) == []
+    counts = {k: v["replicas"] for k, v in job["spec"]["pytorchReplicaSpecs"].items()}
+    assert counts == ({"Master": 1} if nodes == 1 else {"Master": 1, "Worker": nodes - 1})

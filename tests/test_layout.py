@@ -3,6 +3,7 @@ import whom"), and the checker finds a violation of each when one is made."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,41 @@ def test_the_checker_finds_a_broken_rule(rule, tmp_path: Path) -> None:
         (tmp_path / name).write_text(text)
     found = rule(read_graph(tmp_path))
     assert any(words in line for line in found), found
+
+
+def layout_tree(readme: str) -> dict[str, str]:
+    """The README's Layout tree as {path: description}: two spaces of indent per level."""
+    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    tree, stack = {}, []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip())) // 2
+        name, _, description = line.strip().partition(" ")
+        stack[depth:] = [name.rstrip("/")]
+        tree["/".join(stack)] = description.strip()
+    return tree
+
+
+def test_the_readme_layout_shows_every_module() -> None:
+    tree = layout_tree((REPO_ROOT / "README.md").read_text())
+    missing = []
+    for path in sorted([*REPO_ROOT.glob("flows/**/*.py"), *REPO_ROOT.glob("steps/**/*.py")]):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        relative = path.relative_to(REPO_ROOT)
+        folder = str(relative.parent)
+        # A module is listed itself, or named in its folder's line (config/: sections, ...).
+        if str(relative) not in tree and path.stem not in re.findall(r"\w+", tree.get(folder, "")):
+            missing.append(str(relative))
+    assert missing == [], "README Layout lacks these modules"
+
+
+def test_every_module_stays_near_300_lines() -> None:
+    """The style guide keeps modules to ~300 lines, split by responsibility."""
+    long = {
+        str(path.relative_to(REPO_ROOT)): lines
+        for path in [*REPO_ROOT.glob("flows/**/*.py"), *REPO_ROOT.glob("steps/**/*.py")]
+        if (lines := len(path.read_text().splitlines())) > 330
+    }
+    assert long == {}

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import mlflow
@@ -18,10 +19,15 @@ import pytest
 import torch
 from torch._inductor.package import load_package
 
-from steps.common.config import ConfigError, OptimizeConfig
+from steps.common.config import ConfigError, OptimizeConfig, load_config
 from steps.common.device import cpu_capability
 from steps.common.inference import InputError
-from steps.common.runtime import SMALL_BATCH_PROGRAM, BatchSizeDispatch, load_variant_file
+from steps.common.runtime import (
+    LARGE_BATCH_PROGRAM,
+    SMALL_BATCH_PROGRAM,
+    BatchSizeDispatch,
+    load_variant_file,
+)
 from steps.optimize import builders, variants
 from steps.optimize import step as optimize
 from steps.optimize.builders import SMALL_BATCH_PROBE_LIMIT
@@ -35,6 +41,7 @@ from tests.test_optimize_support import (  # noqa: F401
 )
 
 HAS_TENSORRT = torch.cuda.is_available() and importlib.util.find_spec("torch_tensorrt") is not None
+HAS_MODELOPT = importlib.util.find_spec("modelopt") is not None  # TensorRT INT8 (ModelOpt PTQ)
 
 
 def _doc(b: Bundle) -> dict:
@@ -60,7 +67,7 @@ def test_aoti_bf16_skipped_with_reason_on_cpus_without_bf16(bundle: Bundle) -> N
     assert "no native BF16" in entry["reason"]
 
 
-@pytest.mark.parametrize("name", ["tensorrt_fp32", "tensorrt_fp16"])
+@pytest.mark.parametrize("name", ["tensorrt_fp32", "tensorrt_fp16", "tensorrt_int8"])
 @pytest.mark.skipif(HAS_TENSORRT, reason="CUDA and torch-tensorrt present: TensorRT is built")
 def test_tensorrt_recorded_as_skipped_with_reason(bundle: Bundle, name: str) -> None:  # noqa: F811
     entry = _doc(bundle)["variants"][name]
@@ -68,6 +75,10 @@ def test_tensorrt_recorded_as_skipped_with_reason(bundle: Bundle, name: str) -> 
     assert entry["optional"]
     expected = "no CUDA device" if not torch.cuda.is_available() else "torch-tensorrt"
     assert expected in entry["reason"]
+    if name == "tensorrt_int8" and not HAS_MODELOPT:  # every absence named, not the first
+        assert entry["reason"].endswith(
+            "nvidia-modelopt is not installed (pip install 'cifar-pipeline[tensorrt]')"
+        )
     assert not (bundle.root / "opt" / entry["file"]).exists()
 
 
@@ -92,13 +103,12 @@ def test_aoti_small_batch_program_is_chosen_by_timing(bundle: Bundle) -> None:  
         return
     assert isinstance(runner, BatchSizeDispatch) and runner.small_max == crossover["max_batch"]
     ran = []
-    for name in ("small", "large"):
-        program = getattr(runner, name)
-        setattr(runner, name, lambda x, p=program, n=name: ran.append(n) or p(x))
+    for name, program in list(runner.runners.items()):
+        runner.runners[name] = lambda x, p=program, n=name: ran.append(n) or p(x)
     x = torch.randn(runner.small_max + 1, 3, 32, 32)
     with torch.inference_mode():
         small, large = runner(x[: runner.small_max]), runner(x)
-    assert ran == ["small", "large"]
+    assert ran == [SMALL_BATCH_PROGRAM, LARGE_BATCH_PROGRAM]
     # Both programs compute the same function.
     assert torch.allclose(small, large[: runner.small_max], atol=1e-4)
 
@@ -269,6 +279,24 @@ def test_tensorrt_variants_pass_parity_on_gpu(bundle: Bundle, tmp_path: Path) ->
         bundle.model_uri, bundle.dataset_uri, tmp_path / "opt", "optimize.variants=[tensorrt]"
     )
     doc = optimize.run(args)["doc"]
-    for name in ("tensorrt_fp32", "tensorrt_fp16"):
+    for name in ("tensorrt_fp32", "tensorrt_fp16", *(["tensorrt_int8"] if HAS_MODELOPT else [])):
         assert doc["variants"][name]["status"] == "built", doc["variants"][name]
         assert doc["variants"][name]["parity"]["passed"]
+
+
+CONFIGS = sorted((REPO_ROOT / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_variant_a_config_names_is_known(path: Path) -> None:
+    # optional_variants is checked only when optimize runs: a typo would surface on a cluster.
+    opt = load_config(path).optimize
+    assert set(opt.variants) <= set(variants.KINDS), opt.variants
+    unknown = set(opt.optional_variants) - set(variants.KINDS) - set(variants.NAMES)
+    assert not unknown, f"{path.name}: optimize.optional_variants names {sorted(unknown)}"
+
+
+def test_config_variant_kinds_are_the_kinds_optimize_builds() -> None:
+    (literal,) = typing.get_args(OptimizeConfig.model_fields["variants"].annotation)
+    kinds = set(typing.get_args(literal))
+    assert kinds == set(variants.KINDS) == set(builders.BUILDERS)

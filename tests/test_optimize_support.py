@@ -28,7 +28,7 @@ BF16_CPU = bool(cpu_bf16_features())  # AMX / AVX512-BF16: aoti_bf16 is built to
 CPU_VARIANTS = ["torchscript", "export", "aoti", *(["aoti_bf16"] if BF16_CPU else [])]
 # ONNX Runtime and OpenVINO, FP32 and INT8 (INT8 passes its agreement gate on this model).
 PORTABLE_VARIANTS = ["onnx", "onnx_int8", "openvino", "openvino_int8"]
-FASTEST = "aoti_bf16" if BF16_CPU else "aoti"  # what predict picks first on a CPU
+FASTEST = "openvino_int8"  # what predict picks first on a CPU (runtime.PREFERENCE)
 FAST = [
     "benchmark.batch_sizes=[1, 4, 16]",
     "benchmark.warmup_iters=1",

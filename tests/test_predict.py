@@ -1,5 +1,6 @@
 """steps.predict: JPEG/PNG files of odd sizes are classified with the best variant that runs
-here; a file that is not an image is a one-line error for that file only."""
+here (one order over every variant, portable ones included, or the benchmark's per-batch
+fastest with --report); a file that is not an image is a one-line error for that file only."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from steps import predict
 from steps.common.config import PipelineConfig
 from steps.common.inference import InputError, load_test_split, normalize
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD
+from steps.common.runtime import PREFERENCE, variant_order
+from steps.optimize.variants import NAMES
 from tests.conftest import REPO_ROOT
-from tests.test_optimize_support import FASTEST, Bundle, bundle  # noqa: F401
+from tests.test_optimize_support import BF16_CPU, FASTEST, Bundle, bundle  # noqa: F401
 
 
 def predict_args(images: list[Path], model: str, optimized: str | None = None, **kw):
@@ -130,15 +133,22 @@ def test_exact_size_picture_is_preprocessed_as_in_training(pictures: dict) -> No
     )
 
 
+PORTABLE = ("openvino_int8", "onnx_int8", "openvino", "onnx")
+AOTI = ("aoti", "aoti_bf16")
+
+
 @pytest.mark.parametrize(
-    ("optimized", "variant", "break_aoti", "used"),
+    ("optimized", "variant", "broken", "used"),
     [
-        (False, None, False, "eager"),
-        (True, None, False, FASTEST),
-        (True, "torchscript", False, "torchscript"),
-        (True, "eager", False, "eager"),
-        (True, None, True, "torchscript"),  # AOTInductor cannot load here: the next one
+        (False, None, (), "eager"),
+        (True, None, (), FASTEST),
+        (True, "torchscript", (), "torchscript"),
+        (True, "eager", (), "eager"),
+        (True, None, ("openvino_int8",), "onnx_int8"),  # cannot load here: the next one
+        (True, None, PORTABLE, "aoti_bf16" if BF16_CPU else "aoti"),
+        (True, None, (*PORTABLE, *AOTI), "torchscript"),
     ],
+    ids=["eager", "fastest", "named", "named-eager", "next", "no-portable", "no-aoti"],
 )
 def test_variant_choice_falls_back(
     bundle: Bundle,  # noqa: F811
@@ -146,15 +156,18 @@ def test_variant_choice_falls_back(
     tmp_path: Path,
     optimized: bool,
     variant: str | None,
-    break_aoti: bool,
+    broken: tuple[str, ...],
     used: str,
 ) -> None:
     opt = bundle.root / "opt"
-    if break_aoti:
+    if broken:
         opt = Path(shutil.copytree(opt, tmp_path / "opt"))
         doc = json.loads((opt / "variants.json").read_text())
-        for name in ("aoti", "aoti_bf16"):
-            doc["variants"][name]["cpu_capability"] = "SOME_OTHER_ISA"
+        for name in broken:
+            if name in AOTI:  # compiled for another CPU
+                doc["variants"][name]["cpu_capability"] = "SOME_OTHER_ISA"
+            elif name in doc["variants"]:  # a portable file built on a GPU machine
+                doc["variants"][name]["device"] = "cuda"
         (opt / "variants.json").write_text(json.dumps(doc))
     args = predict_args(
         [pictures["paths"]["odd.png"]],
@@ -165,6 +178,25 @@ def test_variant_choice_falls_back(
     result = predict.run(args)
     assert result.variant == used
     assert result.exit_code == 0
+
+
+def test_every_variant_optimize_makes_has_a_place_in_the_order() -> None:
+    # A variant missing from PREFERENCE would only be tried after all others.
+    assert sorted(PREFERENCE) == sorted(NAMES)
+
+
+@pytest.mark.parametrize(
+    ("built", "order"),
+    [
+        (["export", "torchscript", "aoti", "onnx"], ["onnx", "aoti", "torchscript", "export"]),
+        (["export", "openvino", "onnx_int8"], ["onnx_int8", "openvino", "export"]),
+        (["tflite_int4", "export", "tensorrt_fp16"], ["tensorrt_fp16", "export", "tflite_int4"]),
+    ],
+    ids=["cpu-fp32", "int8-first", "unknown-last"],
+)
+def test_variant_order_without_a_benchmark(built: list[str], order: list[str]) -> None:
+    doc = {"variants": {name: {"status": "built"} for name in built}}
+    assert variant_order(doc) == order
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,14 @@
 variants and the dispatcher, ``mlflow models serve -m models:/...@champion`` (the real CLI,
 against the tests' real MLflow server) answers a batch of uint8 images with classes, names
 and probabilities, and a request of the wrong shape or dtype gets a 4xx naming the
-expected shape, not a stack trace."""
+expected input, not a stack trace: nor a 200 with wrong classes for normalised floats,
+which MLflow's own parse would cast to 0."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,10 +22,13 @@ import mlflow
 import numpy as np
 import pytest
 import torch
+from mlflow.exceptions import MlflowException
 
 from steps.benchmark import step as benchmark
 from steps.common.config import PipelineConfig
 from steps.common.inference import load_test_split, load_trained, normalize
+from steps.common.serving.log import CLASSIFIER, CODE_PATHS
+from steps.common.serving.strict_input import exact_array, install
 from tests.servers import free_port
 from tests.test_benchmark import bench_args
 from tests.test_optimize_support import Bundle, bundle  # noqa: F401
@@ -137,16 +142,129 @@ def test_served_batch_matches_eager(served: str, bundle: Bundle) -> None:  # noq
         (np.zeros((2, 32, 32), np.uint8).tolist(), "(-1, 32, 32, 3)"),  # no channels
         (np.full((2, 32, 32, 3), 300).tolist(), "uint8"),  # not a uint8 value
         (np.full((2, 32, 32, 3), -1).tolist(), "uint8"),
+        (np.full((2, 32, 32, 3), 0.5).tolist(), "non-integer values such as 0.5"),  # x / 255
+        (np.full((2, 32, 32, 3), -1.25).tolist(), "non-integer values such as -1.25"),  # normalised
+        (np.full((2, 32, 32, 3), 254.9).tolist(), "not normalised floats"),
+        ([[[[1, 2, 3]] * 32] * 32, [[[1, 2]] * 32] * 32], "unequal lengths"),  # ragged
+        (np.full((1, 32, 32, 3), "1").tolist(), "non-numeric"),
     ],
-    ids=["nchw", "no-channels", "over-255", "negative"],
+    ids=[
+        "nchw",
+        "no-channels",
+        "over-255",
+        "negative",
+        "unit-floats",
+        "normalised-floats",
+        "fractional",
+        "ragged",
+        "strings",
+    ],
 )
-def test_wrong_shape_or_dtype_is_a_4xx_naming_what_is_expected(
+def test_bad_request_is_a_400_naming_what_is_expected(
     served: str, inputs: list, named: str
 ) -> None:
-    # MLflow's scoring server casts JSON numbers to the signature's dtype before the model
-    # sees them (numpy.array(data, dtype=uint8)): 0.5 arrives as 0, so only values no
-    # uint8 holds can be refused as a wrong dtype.
+    # MLflow's scoring server casts JSON numbers to the signature's uint8 with numpy before
+    # the model sees them (0.5 would arrive as 0 and answer 200): the served model installs
+    # a strict parse for its own spec (steps.common.serving.strict_input).
     status, body = _post(served, {"inputs": inputs})
-    assert 400 <= status < 500, body
-    assert named in body["message"], body["message"][-300:]
+    assert status == 400, body
+    message = body["message"]
+    assert named in message, message[-300:]
+    assert message.startswith("expected uint8 RGB images of shape (-1, 32, 32, 3)"), message[:300]
+    assert "\n" not in message and len(message) < 300, message[:300]
     assert "Traceback" not in json.dumps(body)
+
+
+def test_whole_number_floats_are_pixels(served: str) -> None:
+    # 7.0 is the pixel 7: JSON writers may emit it so; refusing it would help no one.
+    pixels = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3))
+    as_ints = _post(served, {"inputs": pixels.tolist()})
+    as_floats = _post(served, {"inputs": pixels.astype(float).tolist()})
+    assert as_ints[0] == as_floats[0] == 200, (as_ints, as_floats)
+    assert as_ints[1] == as_floats[1]
+
+
+@pytest.mark.parametrize(
+    ("data", "got"),
+    [
+        ([[1, 2], [3, 4]], None),
+        ([[1.0, 255.0], [0.0, 4.0]], None),
+        ([[1, 2], [3, 256]], "values from 1 to 256, outside 0..255"),
+        ([[1, 2], [3, -1]], "values from -1 to 3, outside 0..255"),
+        ([[0.5, 2], [3, 4]], "non-integer values such as 0.5"),
+        ([[float("nan"), 2], [3, 4]], "non-integer values such as nan"),
+        ([[1, 2, 3], [3, 4, 5]], "shape (2, 3)"),
+        ([1, 2], "shape (2,)"),
+        ([[1, 2], [3]], "nested lists of unequal lengths"),
+        ([[True, False], [True, True]], "non-numeric values (numpy dtype bool)"),
+        ([[None, 1], [2, 3]], "non-numeric values (numpy dtype object)"),
+    ],
+    ids=[
+        "ints",
+        "whole-floats",
+        "over",
+        "under",
+        "fraction",
+        "nan",
+        "columns",
+        "rank",
+        "ragged",
+        "bool",
+        "null",
+    ],
+)
+def test_exact_array_refuses_what_a_cast_would_change(data: list, got: str | None) -> None:
+    if got is None:
+        values = exact_array(data, np.dtype(np.uint8), (-1, 2), "pairs")
+        assert values.dtype == np.uint8
+        np.testing.assert_array_equal(values, np.asarray(data))
+        return
+    with pytest.raises(MlflowException, match=re.escape(f"expected pairs; got {got}")) as err:
+        exact_array(data, np.dtype(np.uint8), (-1, 2), "pairs")
+    assert err.value.get_http_status_code() == 400
+
+
+def test_install_is_scoped_to_the_served_specs() -> None:
+    from mlflow.types import TensorSpec
+    from mlflow.utils import proto_json_utils
+
+    before = proto_json_utils.convert_data_type
+    # Logging the champion in this process (the fixtures) loaded the model: installed once.
+    mlflows = getattr(before, "wrapped", before)
+    assert mlflows.__module__ == "mlflow.utils.proto_json_utils"
+    pairs = TensorSpec(np.dtype(np.uint8), (-1, 2))
+    int16s = TensorSpec(np.dtype(np.int16), (-1, 1))
+    try:
+        proto_json_utils.convert_data_type = mlflows
+        install(pairs, "pairs")
+        install(int16s, "int16s")  # a second model in the same process
+        install(pairs, "pairs")  # the first loaded again: one wrapper, each spec once
+        assert proto_json_utils.convert_data_type.wrapped is mlflows
+        assert len(proto_json_utils.convert_data_type.strict_specs) == 2
+        with pytest.raises(MlflowException, match=r"expected pairs; got non-integer .* 0\.5"):
+            proto_json_utils.convert_data_type([[0.5, 1]], pairs)
+        with pytest.raises(MlflowException, match=r"expected int16s; got values from 1 to 40000"):
+            proto_json_utils.convert_data_type([[1], [40000]], int16s)
+        other = TensorSpec(np.dtype(np.uint8), (-1, 3))  # another model's spec: MLflow's cast
+        np.testing.assert_array_equal(
+            proto_json_utils.convert_data_type([[0.5, 1, 2]], other), [[0, 1, 2]]
+        )
+    finally:
+        proto_json_utils.convert_data_type = before
+
+
+def test_served_code_imports_neither_torch_nor_steps() -> None:
+    # What ``mlflow models serve`` executes: classifier.py and its code_paths, alone.
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = sys.modules['steps'] = None  # any import of them fails\n"
+        f"sys.path.insert(0, {str(Path(CLASSIFIER).parent)!r})\n"
+        f"import {', '.join(p.stem for p in CODE_PATHS)}, classifier\n"
+        "print('loaded')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "loaded"

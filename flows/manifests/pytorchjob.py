@@ -247,19 +247,26 @@ def parameterized_manifest(
     env: list[EnvSpec],
     labels: dict[str, str],
     refs: dict[str, str],
+    multinode: bool = True,
 ) -> str:
     """The job as YAML text whose size follows Argo parameters: ``refs`` maps ``nodes``,
     ``workers`` (an integer expression: nodes - 1), ``gpus-per-node`` and ``nproc-per-node``
-    to the ``{{...}}`` Argo substitutes. The Worker replica is always there (0 replicas on
-    one node); GPU requests are always set (``"0"`` asks for none)."""
+    to the ``{{...}}`` Argo substitutes; GPU requests are always set (``"0"`` asks for none).
+
+    The webhook refuses a Worker replica of 0 (``must be at least 1``), so one node and
+    several are two manifests: ``multinode`` has the Worker replica (and any elasticPolicy,
+    which needs Workers), the other the Master alone."""
     c = cfg.cluster
     nproc_per_node(cfg)  # refuses more processes than GPUs in the config itself
-    planned = cfg.model_copy(
-        update={"cluster": c.model_copy(update={"nodes": PLANNED_NODES, "gpus_per_node": 0})}
-    )
+    size: dict[str, Any] = {"nodes": PLANNED_NODES, "gpus_per_node": 0}
+    if not multinode:
+        size.update(nodes=1, elastic_min_nodes=None)
+    planned = cfg.model_copy(update={"cluster": c.model_copy(update=size)})
     job = to_manifest(build_pytorchjob(planned, args=args, env=env, labels=labels))
     spec = job["spec"]
-    spec["pytorchReplicaSpecs"][constants.REPLICA_TYPE_WORKER]["replicas"] = sentinel("workers")
+    if multinode:
+        specs = spec["pytorchReplicaSpecs"]
+        specs[constants.REPLICA_TYPE_WORKER]["replicas"] = sentinel("workers")
     for replica in spec["pytorchReplicaSpecs"].values():
         resources = replica["template"]["spec"]["containers"][0]["resources"]
         resources["requests"][GPU] = resources["limits"][GPU] = refs["gpus-per-node"]

@@ -9,6 +9,7 @@ without the training code.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +29,25 @@ VARIANTS_FILE = "variants.json"
 LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM = "model", "small_batch"
 AOTI_PROGRAMS = (LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM)
 PORTABLE_KINDS = ("onnx", "openvino")  # run without torch (steps.common.serving.runners)
+# The variant to run when no benchmark measured them here: fastest first, as measured on a
+# CPU (README, "Benchmarks": INT8 3.5-4x FP32; OpenVINO, then ONNX Runtime, then
+# AOTInductor) and on a GPU (TensorRT first); a variant that cannot run here is passed over.
+# Every variant ``steps.optimize`` makes is listed (tests/test_predict.py checks).
+PREFERENCE = (
+    "tensorrt_int8",
+    "tensorrt_fp16",
+    "tensorrt_fp32",
+    "onnx_tensorrt",
+    "onnx_cuda",
+    "openvino_int8",
+    "onnx_int8",
+    "aoti_bf16",
+    "openvino",
+    "onnx",
+    "aoti",
+    "torchscript",
+    "export",
+)
 
 
 class VariantUnavailable(RuntimeError):
@@ -81,6 +101,12 @@ def load_variants(
         yield LoadedVariant(name, entry, runner)
 
 
+def variant_order(doc: dict[str, Any]) -> list[str]:
+    """The variants of ``doc`` to try, best first, where no benchmark measured them:
+    ``PREFERENCE``, then any it does not name yet (a newer optimize), in ``doc``'s order."""
+    return [n for n in dict.fromkeys([*PREFERENCE, *doc["variants"]]) if n in doc["variants"]]
+
+
 def read_variants(uri: str, storage: StorageConfig) -> dict[str, Any]:
     store = open_store(uri, storage)
     return read_json(store, VARIANTS_FILE, "pass the OPT_URI that steps.optimize wrote")
@@ -129,6 +155,10 @@ def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -
             import torch_tensorrt
         except ImportError:
             raise VariantUnavailable("torch-tensorrt is not installed") from None
+        if entry["precision"] == "int8":
+            # ModelOpt registers its quantize ops; needed only where one stayed in PyTorch.
+            with contextlib.suppress(ImportError):
+                import modelopt.torch.quantization  # noqa: F401
         return torch_tensorrt.load(str(path)).module()
     raise VariantUnavailable(f"unknown variant kind {kind!r}")
 

@@ -1,11 +1,11 @@
-"""The builders of the torch-based variants: TorchScript, ``torch.export``, AOTInductor and,
-on CUDA with torch-tensorrt, TensorRT. Each writes one file and returns its details.
+"""The builders of the torch-based variants: TorchScript, ``torch.export`` and AOTInductor
+(TensorRT: ``tensorrt_builder``; ONNX and OpenVINO: ``portable``), and the table of all
+builders by kind. Each writes one file and returns its details.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import shutil
 import warnings
 from pathlib import Path
@@ -18,6 +18,7 @@ from steps.common.device import cpu_bf16_features
 from steps.common.inference import DTYPES
 from steps.common.runtime import AOTI_PROGRAMS, LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM
 from steps.optimize.portable import build_onnx, build_openvino
+from steps.optimize.tensorrt_builder import build_tensorrt
 from steps.optimize.variants import BuildContext, SkipVariant, Spec, median_ms
 
 SMALL_BATCH_PROBE_LIMIT = 64  # past this, the large-batch program is the one that counts
@@ -116,51 +117,6 @@ def _small_batch_crossover(path: Path, spec: Spec, ctx: BuildContext) -> dict[st
         best = batch
         batch *= 2
     return {"max_batch": best, "timing_ms": timings}
-
-
-def build_tensorrt(spec: Spec, ctx: BuildContext, path: Path) -> dict[str, Any]:
-    if ctx.device.type != "cuda":
-        raise SkipVariant("no CUDA device (torch.cuda.is_available() is False)")
-    try:
-        import torch_tensorrt
-    except ImportError:
-        raise SkipVariant(
-            "torch-tensorrt is not installed (pip install 'cifar-pipeline[tensorrt]')"
-        ) from None
-    if spec.precision == "int8":
-        raise SkipVariant(
-            "TensorRT INT8 needs a calibrated (NVIDIA ModelOpt) quantized export; not built yet"
-        )
-    cfg, dtype = ctx.cfg, DTYPES[spec.precision]
-    shape = (3, 32, 32)
-    inputs = [
-        torch_tensorrt.Input(
-            min_shape=(cfg.min_batch, *shape),
-            opt_shape=(cfg.opt_batch, *shape),
-            max_shape=(cfg.max_batch, *shape),
-            dtype=dtype,
-        )
-    ]
-    # Current releases take reduced precision from the model's own dtype with explicit
-    # typing; ``enabled_precisions`` is deprecated. Older releases only know the latter.
-    options: dict[str, Any] = {"min_block_size": 1}
-    accepted = inspect.signature(torch_tensorrt.dynamo.compile).parameters
-    if "use_explicit_typing" in accepted:
-        options["use_explicit_typing"] = True
-    else:
-        options["enabled_precisions"] = {dtype}
-    if spec.precision == "fp32" and "disable_tf32" in accepted:
-        options["disable_tf32"] = True  # FP32 means FP32: held to the FP32 parity limit
-    module = torch_tensorrt.dynamo.compile(ctx.exported(spec.precision), inputs=inputs, **options)
-    torch_tensorrt.save(
-        module,
-        str(path),
-        output_format="exported_program",
-        arg_inputs=[ctx.example(dtype)],
-        dynamic_shapes=({0: ctx.batch_dim()},),
-        retrace=True,
-    )
-    return {"torch_tensorrt": torch_tensorrt.__version__, "compile_options": sorted(options)}
 
 
 BUILDERS = {

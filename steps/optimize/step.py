@@ -5,9 +5,10 @@
 
 Builds TorchScript, a ``torch.export`` program with a dynamic batch, an AOTInductor package,
 ONNX (ONNX Runtime) and OpenVINO FP32 with their INT8 quantizations and, on CUDA with
-torch-tensorrt, TensorRT FP32/FP16 (see ``steps.optimize.variants``). Each file is
-reloaded and must match eager on held-out test images (the parity gate); a variant that
-fails fails the step with its numbers, unless ``optimize.optional_variants`` names it.
+torch-tensorrt, TensorRT FP32/FP16 and INT8 (ModelOpt; see ``steps.optimize.variants``).
+Each file is reloaded and must match eager on held-out test images (the parity gate); a
+variant that fails fails the step with its numbers, unless ``optimize.optional_variants``
+names it.
 ``OPT_URI/variants.json`` is written last and lists every variant: built, skipped (with
 why) or failed. Variants take normalised float NCHW input (see ``steps.common.inference``).
 Outputs dir: ``optimized_uri`` and ``summary.json``.
@@ -178,7 +179,8 @@ def build_variants(
     x = normalize(split.images[:samples].to(device), trained.mean, trained.std)
     reference = run_batched(trained.model, x, opt.max_batch)
     calibration = None
-    if opt.int8 and {"onnx", "openvino"} & set(opt.variants):
+    int8_kinds = {"onnx", "openvino"} | ({"tensorrt"} if device.type == "cuda" else set())
+    if opt.int8 and int8_kinds & set(opt.variants):
         pixels = load_calibration_images(split.uri, cfg.storage, opt.calibration_samples)
         calibration = normalize(pixels, trained.mean, trained.std)
     ctx = BuildContext(trained.model, device, opt, workdir, calibration)

@@ -1,6 +1,7 @@
 """The variants a trained model is optimized into, and what their builders share: the
 specs per device, the build context (the model exported once per precision) and timing.
-Builders: ``steps.optimize.builders``; the parity gate: ``steps.optimize.gate``.
+Builders: ``steps.optimize.builders`` (``tensorrt_builder``, ``portable``); the parity gate:
+``steps.optimize.gate``.
 
 | variant | file | made by | precision |
 | --- | --- | --- | --- |
@@ -9,7 +10,7 @@ Builders: ``steps.optimize.builders``; the parity gate: ``steps.optimize.gate``.
 | aoti | aoti.pt2 | AOTInductor package of the exported program | fp32; GPU fp16/bf16 |
 | aoti_bf16 | aoti_bf16.pt2 | the same in BF16, CPUs with AMX / AVX512-BF16 only | bf16 |
 | tensorrt_fp32/16 | tensorrt_*.ep | torch-tensorrt dynamo path, exported program | fp32, fp16 |
-| tensorrt_int8 | tensorrt_int8.ep | the same, INT8 calibrated (CUDA only; skipped here) | int8 |
+| tensorrt_int8 | tensorrt_int8.ep | ModelOpt INT8 PTQ (QDQ), then the same compile | int8 |
 | onnx | model.onnx | ``torch.onnx.export(dynamo=True)``, run in ONNX Runtime | fp32 |
 | onnx_int8 | model_int8.onnx | ORT ``quantize_static``: QDQ, per-channel weights | int8 |
 | onnx_cuda / onnx_tensorrt | model.onnx | ORT's CUDA / TensorRT execution providers (CUDA) | fp32 |

@@ -1,11 +1,14 @@
 """The served champion: an MLflow pyfunc (models-from-code) over the portable variants.
 
 Logged by ``steps.common.serving.log`` with this file as the model's code and
-``runners.py`` beside it in ``code_paths``; ``mlflow models serve`` executes it with only
-numpy, pandas, mlflow and the runtimes (no torch, no ``steps``). ``predict`` takes uint8
-``N x 32 x 32 x 3`` RGB images as staged, normalises them inside, runs each request on the
-variant measured fastest at its batch size, and returns per image the class index, its name
-and the ten probabilities.
+``runners.py`` and ``strict_input.py`` beside it in ``code_paths``; ``mlflow models serve``
+executes it with only numpy, pandas, mlflow and the runtimes (no torch, no ``steps``).
+``predict`` takes uint8 ``N x 32 x 32 x 3`` RGB images as staged, normalises them inside,
+runs each request on the variant measured fastest at its batch size, and returns per image
+the class index, its name and the ten probabilities. A JSON request whose values are not
+such pixels (normalised floats, values past 255, another shape) is refused with a 400
+before MLflow would cast it (``strict_input``, installed for this model's input spec when
+it loads).
 """
 
 import json
@@ -15,13 +18,17 @@ import mlflow
 import numpy as np
 import pandas as pd
 import runners  # from the model's code_paths, not the steps package
+import strict_input
 from mlflow.exceptions import MlflowException
+from mlflow.types import TensorSpec
 
 SHAPE = (32, 32, 3)
+EXPECTED = "uint8 RGB images of shape (-1, 32, 32, 3), whole numbers 0..255"
 
 
 class CifarClassifier(mlflow.pyfunc.PythonModel):
     def load_context(self, context):
+        strict_input.install(TensorSpec(np.dtype(np.uint8), (-1, *SHAPE)), EXPECTED)
         folder = Path(context.artifacts["variants"])
         meta = json.loads((folder / "serving.json").read_text())
         self.classes = list(meta["classes"])
@@ -38,7 +45,7 @@ class CifarClassifier(mlflow.pyfunc.PythonModel):
         # The signature already enforces this when served; a direct call is checked here.
         if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != SHAPE:
             raise MlflowException.invalid_parameter_value(
-                f"expected uint8 images of shape (-1, 32, 32, 3), got {images.dtype} {images.shape}"
+                f"expected {EXPECTED}; got {images.dtype} of shape {images.shape}"
             )
         logits = self.dispatch(runners.normalise_uint8(images, self.mean, self.std))
         probs = runners.softmax(logits.astype(np.float64)).astype(np.float32)

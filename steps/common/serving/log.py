@@ -1,7 +1,8 @@
 """Log the champion candidate as an MLflow pyfunc that serves: the portable variants the
 benchmark measured fastest per batch size (ONNX Runtime / OpenVINO, FP32 or INT8), the
-dispatcher table, and ``classifier.py`` (models-from-code) with ``runners.py`` as its
-``code_paths``, so ``mlflow models serve`` needs neither torch nor this package.
+dispatcher table, and ``classifier.py`` (models-from-code) with ``runners.py`` and
+``strict_input.py`` as its ``code_paths``, so ``mlflow models serve`` needs neither torch
+nor this package.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from steps.common.config import StorageConfig
 from steps.common.runtime import PORTABLE_KINDS, fetch_variant, variant_files
 
 HERE = Path(__file__).resolve().parent
-CLASSIFIER, RUNNERS = HERE / "classifier.py", HERE / "runners.py"
+CLASSIFIER = HERE / "classifier.py"
+CODE_PATHS = [HERE / "runners.py", HERE / "strict_input.py"]  # what classifier.py imports
 
 
 def portable_fastest(report: dict[str, Any], doc: dict[str, Any], margin: float) -> dict[str, str]:
@@ -103,7 +105,7 @@ def log_served_model(
                 name=logged_name,
                 python_model=str(CLASSIFIER),
                 artifacts={"variants": str(folder)},
-                code_paths=[str(RUNNERS)],
+                code_paths=[str(p) for p in CODE_PATHS],
                 signature=signature,
                 input_example=example,
                 registered_model_name=registered_name,

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from flows.local.checks import UnsupportedFeature
 from flows.local.loops import aggregate, item_scope, node_name, sequence
-from flows.local.records import TaskRecord, TaskState
+from flows.local.records import TaskRecord, TaskState, file_name
 from flows.local.runner import LocalRunner
 
 EXAMPLES = Path(__file__).parent / "argo_examples"
@@ -450,3 +451,29 @@ def test_exit_code_output_variable_example_passes_the_exit_code_on(tmp_path: Pat
     assert result.status == "Succeeded"
     assert states(result) == {"[0].failing-container": "Failed", "[1].echo-container": "Succeeded"}
     assert result.tasks["[1].echo-container"].result == "Exit code was: 123"
+
+
+def test_retries_counts_the_attempts_of_each_step(tmp_path: Path) -> None:
+    """Argo's retry-with-steps.yaml with its random exit replaced by one that fails the first
+    two attempts: each step prints ``retries: 0``, ``1``, ``2`` and succeeds on the third."""
+    manifest = example("retry-with-steps")
+    container = manifest["spec"]["templates"][1]["container"]
+    container["args"] = [
+        "import sys; print('retries: {{retries}}', '{{lastRetry.exitCode}}'); "
+        "sys.exit(0 if {{retries}} >= 2 else 7)"
+    ]
+    _, result = run(tmp_path, manifest)
+    assert result.status == "Succeeded"
+    for step in ("[0].hello1", "[1].hello2a", "[1].hello2b"):
+        assert result.tasks[step].attempts == 3
+        assert result.tasks[step].result == "retries: 2 7"
+        log = result.run_dir / "logs" / f"{file_name(step)}.log"
+        assert [line for line in log.read_text().splitlines() if line.startswith("retries")] == [
+            "retries: 0 0", "retries: 1 7", "retries: 2 7",
+        ]  # fmt: skip
+
+
+def test_retries_without_a_retry_strategy_is_refused(tmp_path: Path) -> None:
+    manifest = dag_workflow([{"name": "t", "template": "t"}], [sh("t", "echo {{retries}}")])
+    with pytest.raises(UnsupportedFeature, match=r"template t: \{\{retries\}\} without a retry"):
+        LocalRunner(manifest, tmp_path / "runs")

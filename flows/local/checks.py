@@ -23,7 +23,9 @@ SUPPORTED_EXPRESSIONS = (
         r"workflow\.(name|namespace|uid|status|creationTimestamp|serviceAccountName|duration|failures)"
     ),
     re.compile(r"workflow\.(parameters|outputs\.parameters)\.[\w-]+"),
+    re.compile(r"retries|lastRetry\.(exitCode|status|duration|message)"),
 )
+RETRY_EXPRESSION = SUPPORTED_EXPRESSIONS[-1]  # only in a pod's template with a retryStrategy
 ITEM_EXPRESSION = re.compile(r"item(\.[\w-]+)?")  # only in a looping task or step
 LOOP_FIELDS = ("withItems", "withParam", "withSequence")
 LOCAL_INTERPRETERS = re.compile(r"python(3(\.\d+)?)?|sh|bash")
@@ -191,6 +193,11 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
         problems += [problem] if problem else []
     if "failFast" in template and not composite:  # a DAG's or steps template's field
         problems.append(f"{where}: failFast")
+    if "retryStrategy" not in template or composite:  # the attempt's number: a pod's retries
+        for expression in sorted(
+            {e for e in expressions(template) if RETRY_EXPRESSION.fullmatch(e)}
+        ):
+            problems.append(f"{where}: {{{{{expression}}}}} without a retryStrategy")
     for field in ("memoize", "retryStrategy", "activeDeadlineSeconds"):
         if composite and field in template:  # Argo retries a whole DAG; not done here
             problems.append(f"{where}: {field} on a {kinds[0]} template")

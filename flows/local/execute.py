@@ -1,7 +1,8 @@
 """One node of a local run: its inputs bound and its template resolved as Argo does; a DAG
-or steps template runs its own nodes (``flows.local.composite``); otherwise a memo hit is
-reused or its process run with retries, its outputs and stdout (``outputs.result``) read
-back. A mixin of ``LocalRunner``, which holds the state these methods use."""
+or steps template runs its own nodes (``flows.local.dag``, ``flows.local.steps``); otherwise
+a memo hit is reused or its process run with retries, its outputs and stdout
+(``outputs.result``) read back. A mixin of ``LocalRunner``, which holds the state these
+methods use."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from flows.local.handlers import ProcessSpec, TaskHandler
 from flows.local.memo import MemoCache
 from flows.local.records import TaskRecord, TaskState, file_name
 from flows.local.resources import finished_status, resource_process
-from flows.local.retry import Backoff, read_result
+from flows.local.retry import (
+    Backoff,
+    fill_retry_variables,
+    read_result,
+    retry_placeholders,
+)
 from flows.local.script import script_process
 from flows.local.signals import STOP_MESSAGE
 from flows.local.tasks import container_process, read_outputs, small_files
@@ -81,9 +87,8 @@ class TaskExecution:
                 self._run_composite(record, template, inputs)
                 self._export_globals(template, record)
                 return
-            resolved = substitute_all(
-                {k: v for k, v in template.items() if k != "outputs"}, self._scope(inputs)
-            )
+            scope = {**self._scope(inputs), **retry_placeholders(template)}
+            resolved = substitute_all({k: v for k, v in template.items() if k != "outputs"}, scope)
             resolved["outputs"] = template.get("outputs", {})
             hit = self.memo.get(resolved, self.cwd)
             if hit:
@@ -112,13 +117,14 @@ class TaskExecution:
         log = self.run_dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         backoff = Backoff.of(template)
-        attempt = -1
+        attempt, last_seconds = -1, 0.0
         while attempt < backoff.limit:
             attempt += 1
             if self.stopping.is_set():
                 raise OSError("stopped")
             record.attempts = attempt + 1
-            process, document = self._process(template, task_dir)
+            attempt_template = fill_retry_variables(template, attempt, record, last_seconds)
+            process, document = self._process(attempt_template, task_dir)
             process.deadline_s = backoff.attempt_deadline(process.deadline_s, attempt)
             process.stdout_path = task_dir / "stdout"
             for local_dir in process.path_map.values():  # e.g. /tmp of /tmp/result.txt
@@ -131,7 +137,8 @@ class TaskExecution:
             else:
                 with self.pod_slots:
                     code = self.handler.run(process, log, record.tail)
-            record.process_seconds += time.perf_counter() - spawned
+            last_seconds = time.perf_counter() - spawned
+            record.process_seconds += last_seconds
             record.exit_code = code
             record.result = read_result(process.stdout_path)
             if code == 0:

@@ -10,6 +10,9 @@ stdout that becomes ``outputs.result`` (workflow/executor ``CaptureScriptResult`
   exceed max duration limit"), and every retry is stopped at it (its pod's deadline).
 - ``timeout`` on a pod's template: each attempt is stopped that long after it started, as
   ``activeDeadlineSeconds`` stops a pod (the smaller of the two wins).
+- ``{{retries}}`` (the attempt, from 0) and ``{{lastRetry.exitCode|status|duration|message}}``
+  (the attempt before: ``0``, empty, ``0``, empty for the first) in a template with a
+  ``retryStrategy``, filled in per attempt as Argo's ``executeTemplate`` does.
 """
 
 from __future__ import annotations
@@ -20,9 +23,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows.local.checks import parse_duration
+from flows.local.checks import EXPRESSION, parse_duration
+from flows.local.records import TaskRecord
 
 RESULT_BYTES = 256 * 1024  # Argo keeps the last 256 kB of a result
+RETRY_VARIABLES = (
+    "retries", "lastRetry.exitCode", "lastRetry.status", "lastRetry.duration", "lastRetry.message",
+)  # fmt: skip
+
+
+def retry_placeholders(template: dict[str, Any]) -> dict[str, str]:
+    """The retry variables left in place when a template is resolved, filled per attempt."""
+    if template.get("retryStrategy") is None:
+        return {}
+    return {name: f"{{{{{name}}}}}" for name in RETRY_VARIABLES}
+
+
+def fill_retry_variables(node: Any, attempt: int, record: TaskRecord, seconds: float) -> Any:
+    """``node`` with the retry variables of attempt ``attempt`` (0-based) filled in."""
+    values = {
+        "retries": str(attempt),
+        "lastRetry.exitCode": str(record.exit_code if attempt and record.exit_code else 0),
+        "lastRetry.status": "Failed" if attempt else "",
+        "lastRetry.duration": f"{seconds:g}" if attempt else "0",
+        "lastRetry.message": record.message if attempt else "",
+    }
+    if isinstance(node, str):
+        return EXPRESSION.sub(lambda m: values.get(m.group(1), m.group(0)), node)
+    if isinstance(node, dict):
+        return {k: fill_retry_variables(v, attempt, record, seconds) for k, v in node.items()}
+    if isinstance(node, list):
+        return [fill_retry_variables(v, attempt, record, seconds) for v in node]
+    return node
 
 
 def read_result(stdout: Path) -> str | None:

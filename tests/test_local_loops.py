@@ -477,3 +477,34 @@ def test_retries_without_a_retry_strategy_is_refused(tmp_path: Path) -> None:
     manifest = dag_workflow([{"name": "t", "template": "t"}], [sh("t", "echo {{retries}}")])
     with pytest.raises(UnsupportedFeature, match=r"template t: \{\{retries\}\} without a retry"):
         LocalRunner(manifest, tmp_path / "runs")
+
+
+def test_resume_keeps_a_finished_loop_of_nested_dags_and_its_aggregate(tmp_path: Path) -> None:
+    flag, n = tmp_path / "fixed", "{{inputs.parameters.n}}"
+    inner = {
+        "name": "inner",
+        "inputs": {"parameters": [{"name": "n"}]},
+        "dag": {"tasks": [{"name": "make", "template": "make", "arguments": {
+            "parameters": [{"name": "n", "value": "{{inputs.parameters.n}}"}]}}]},
+        "outputs": {"parameters": [{"name": "v", "valueFrom": {
+            "parameter": "{{tasks.make.outputs.result}}"}}]},
+    }  # fmt: skip
+    tasks = [
+        {"name": "loop", "template": "inner", "withItems": ["a", "b"],
+         "arguments": {"parameters": [{"name": "n", "value": "{{item}}"}]}},
+        {"name": "after", "template": "after", "depends": "loop", "arguments": {
+            "parameters": [{"name": "vs", "value": "{{tasks.loop.outputs.parameters.v}}"}]}},
+    ]  # fmt: skip
+    templates = [
+        inner,
+        sh("make", f"echo {n} >> {tmp_path}/made; echo v-{n}", "n"),
+        sh("after", f"test -e {flag} && echo '{{{{inputs.parameters.vs}}}}'", "vs"),
+    ]
+    runner, result = run(tmp_path, dag_workflow(tasks, templates))
+    assert result.status == "Failed"
+    assert result.tasks["loop(0:a).make"].result == "v-a"
+    flag.touch()
+    again = LocalRunner.resume(runner.run_dir, cache_dir=tmp_path / "cache", cwd=tmp_path).run()
+    assert again.status == "Succeeded"
+    assert again.tasks["after"].result == '["v-a","v-b"]'
+    assert sorted((tmp_path / "made").read_text().split()) == ["a", "b"]  # not made again

@@ -10,6 +10,7 @@ when a leaf task's branch failed and that task does not continue on it.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -69,9 +70,10 @@ class DagExecution(NodeExecution):
                 decided = True
                 if key(name) in self.kept:
                     nodes[name] = self.tasks[key(name)]
-                    if is_loop(task):
+                    if is_loop(task):  # its items: key(i:description), not their own nodes
+                        item = re.compile(re.escape(key(name)) + r"\(\d+:[^()]*\)")
                         kept = list(self.tasks.items())
-                        loops[name] = [r for k, r in kept if k.startswith(key(name) + "(")]
+                        loops[name] = [r for k, r in kept if item.fullmatch(k)]
                 elif all(self._satisfies(tasks[d], nodes[d]) for d in task_dependencies(task)):
                     scope = {**self.globals, **inputs, **refs()}
                     node, units, children = self._expand(key(name), name, task, scope)

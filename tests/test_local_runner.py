@@ -285,11 +285,11 @@ def test_pytorchjob_runs_as_a_single_node_torchrun(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("case", "match"),
     [
-        ("steps", r"template loop: steps"),
+        ("steps-depends", r"template loop step s: depends"),
         ("when", r"template main expression \{\{=nope\(1\)\}\}: function nope\(\) is not"),
-        ("with-items", r"task t: withItems"),
+        ("two-loops", r"task t: more than one of withItems, withParam"),
         ("expression", r"expression \{\{item\}\}"),
-        ("script", r"template s: script"),
+        ("script", r"template s: script has no command"),
         ("depends-expr", r"task t: depends 'a\.Finished': task result 'Finished'"),
         ("configmap-env", r"env X: valueFrom \['configMapKeyRef'\]"),
     ],
@@ -316,12 +316,14 @@ def test_unsupported_features_are_refused_by_name(case: str, match: str, tmp_pat
         manifest["spec"]["templates"],
         manifest["spec"]["templates"][1]["dag"]["tasks"],
     )
-    if case == "steps":
-        templates.append({"name": "loop", "steps": [[{"name": "s", "template": "c"}]]})
+    if case == "steps-depends":  # a step has no depends: its group orders it
+        templates.append(
+            {"name": "loop", "steps": [[{"name": "s", "template": "c", "depends": "a"}]]}
+        )
     elif case == "when":
         tasks[1]["when"] = "{{=nope(1)}} == 1"  # when and {{=}} run; an unknown function not
-    elif case == "with-items":
-        tasks[1]["withItems"] = [1, 2]
+    elif case == "two-loops":
+        tasks[1].update(withItems=[1, 2], withParam="[3]")
     elif case == "expression":
         templates[0]["container"]["args"] = ["{{item}}"]
     elif case == "script":

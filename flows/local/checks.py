@@ -8,8 +8,10 @@ selection) are accepted and have no effect here.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 from flows.local.conditions import depends_problems
@@ -21,13 +23,18 @@ from flows.local.expressions import problems as expression_problems
 EXPRESSION = re.compile(r"\{\{\s*(=[\s\S]*?|[^{}]*?)\s*\}\}")
 SUPPORTED_EXPRESSIONS = (
     re.compile(r"inputs\.parameters\.[\w-]+"),
-    re.compile(r"tasks\.[\w-]+\.outputs\.parameters\.[\w-]+"),
-    re.compile(r"tasks\.[\w-]+\.status"),
+    re.compile(r"(tasks|steps)\.[\w-]+\.outputs\.(result|parameters(\.[\w-]+)?)"),
+    re.compile(r"(tasks|steps)\.[\w-]+\.(exitCode|status)"),
     re.compile(
         r"workflow\.(name|namespace|uid|status|creationTimestamp|serviceAccountName|duration|failures)"
     ),
     re.compile(r"workflow\.(parameters|outputs\.parameters)\.[\w-]+"),
+    re.compile(r"retries|lastRetry\.(exitCode|status|duration|message)"),
 )
+RETRY_EXPRESSION = SUPPORTED_EXPRESSIONS[-1]  # only in a pod's template with a retryStrategy
+ITEM_EXPRESSION = re.compile(r"item(\.[\w-]+)?")  # only in a looping task or step
+LOOP_FIELDS = ("withItems", "withParam", "withSequence")
+LOCAL_INTERPRETERS = re.compile(r"python(3(\.\d+)?)?|sh|bash")
 
 # Per part of the manifest: fields implemented, and fields accepted with no local effect.
 SPEC_FIELDS = {
@@ -41,22 +48,26 @@ SPEC_IGNORED = {
     "automountServiceAccountToken", "executor", "podDisruptionBudget", "schedulerName",
 }  # fmt: skip
 TEMPLATE_FIELDS = {
-    "name", "container", "dag", "resource", "inputs", "outputs", "retryStrategy",
-    "activeDeadlineSeconds", "memoize", "parallelism",
+    "name", "container", "script", "dag", "steps", "resource", "inputs", "outputs",
+    "retryStrategy", "activeDeadlineSeconds", "timeout", "memoize", "parallelism", "failFast",
 }  # fmt: skip
 TEMPLATE_IGNORED = {
-    "metadata", "securityContext", "serviceAccountName", "nodeSelector", "tolerations",
-    "affinity", "archiveLocation", "priorityClassName",
+    # "annotations" is no Template field: Argo drops it (examples/loops-param-argument.yaml)
+    "metadata", "annotations", "securityContext", "serviceAccountName", "nodeSelector",
+    "tolerations", "affinity", "archiveLocation", "priorityClassName",
     "automountServiceAccountToken", "podSpecPatch", "schedulerName", "priority",
 }  # fmt: skip
 CONTAINER_FIELDS = {"name", "image", "imagePullPolicy", "command", "args", "env", "envFrom"}
 CONTAINER_IGNORED = {"resources", "securityContext", "ports", "terminationMessagePath"}
-TASK_FIELDS = {"name", "template", "arguments", "dependencies", "depends", "when"}
+STEP_FIELDS = {"name", "template", "arguments", "continueOn", "when", *LOOP_FIELDS}
+TASK_FIELDS = STEP_FIELDS | {"dependencies", "depends"}
+SEQUENCE_FIELDS = {"count", "start", "end", "format"}
 RESOURCE_FIELDS = {
     "action", "manifest", "manifestFrom", "successCondition", "failureCondition",
     "setOwnerReference",
 }  # fmt: skip
 RETRY_FIELDS = {"limit", "backoff", "retryPolicy", "affinity"}
+BACKOFF_FIELDS = {"duration", "factor", "cap", "maxDuration"}
 PARAMETER_FIELDS = {"name", "value", "default", "valueFrom", "globalName", "description", "enum"}
 OUTPUT_ARTIFACT_FIELDS = {"name", "path", "archive", "globalName", "optional"}
 
@@ -127,12 +138,17 @@ def unsupported(manifest: Mapping[str, Any]) -> list[str]:
         where = f"template {template.get('name')}"
         problems += _extra(where, template, TEMPLATE_FIELDS, TEMPLATE_IGNORED)
         problems += _check_template(where, template)
-    for expression in sorted(set(expressions(spec))):
-        if expression.startswith("="):
-            continue  # checked per template below, by what it calls
-        if not any(p.fullmatch(expression) for p in SUPPORTED_EXPRESSIONS):
+    outside, looping = _split_loops(spec)
+    for expression in sorted(set(expressions(outside))):
+        if not expression.startswith("=") and not any(
+            p.fullmatch(expression) for p in SUPPORTED_EXPRESSIONS
+        ):
             problems.append(f"expression {{{{{expression}}}}}")
-    for template in spec.get("templates", []):
+    for expression in sorted(set(expressions(looping)) - set(expressions(outside))):
+        known = (*SUPPORTED_EXPRESSIONS, ITEM_EXPRESSION)
+        if not expression.startswith("=") and not any(p.fullmatch(expression) for p in known):
+            problems.append(f"expression {{{{{expression}}}}}")
+    for template in spec.get("templates", []):  # an expression tag: by what it calls
         for expression in dict.fromkeys(expressions(template)):
             if expression.startswith("="):
                 problems += [
@@ -142,12 +158,76 @@ def unsupported(manifest: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _split_loops(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    """The spec without its looping tasks and steps, and those tasks and steps: ``{{item}}``
+    has a value only in the latter."""
+    outside = copy.deepcopy(dict(spec))
+    looping: list[Any] = []
+    for template in outside.get("templates", []):
+        if not isinstance(template, dict):
+            continue
+        groups = [template.get("dag", {}).get("tasks", []), *(template.get("steps") or [])]
+        for group in groups:
+            if not isinstance(group, list):
+                continue
+            looping += [t for t in group if isinstance(t, dict) and _loops(t)]
+            group[:] = [t for t in group if not (isinstance(t, dict) and _loops(t))]
+    return outside, looping
+
+
+def _loops(task: Mapping[str, Any]) -> bool:
+    return any(field in task for field in LOOP_FIELDS)
+
+
+def script_interpreter_problem(where: str, script: Mapping[str, Any]) -> str | None:
+    """Why a script template cannot run here, or None."""
+    command = script.get("command") or []
+    if not command:
+        return f"{where}: script has no command (the image's interpreter is not known here)"
+    if not LOCAL_INTERPRETERS.fullmatch(PurePosixPath(str(command[0])).name):
+        return f"{where}: script command {command[0]!r} (only python, sh and bash run locally)"
+    return None
+
+
+def _check_task(where: str, task: Mapping[str, Any], fields: set[str]) -> list[str]:
+    """A DAG task or a step: its fields, argument artifacts, continueOn and loop."""
+    problems = _extra(where, task, fields)
+    for artifact in task.get("arguments", {}).get("artifacts", []):
+        problems.append(f"{where}: artifact {artifact['name']}")
+    problems += _extra(f"{where}.continueOn", task.get("continueOn") or {}, {"failed", "error"})
+    if sum(field in task for field in LOOP_FIELDS) > 1:
+        problems.append(f"{where}: more than one of {', '.join(LOOP_FIELDS)}")
+    if "withSequence" in task:
+        problems += _extra(f"{where}.withSequence", task["withSequence"], SEQUENCE_FIELDS)
+    if "withItems" in task and not isinstance(task["withItems"], list):
+        problems.append(f"{where}: withItems is not a list")
+    return problems
+
+
 def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     inputs = template.get("inputs", {})
-    kinds = [k for k in ("container", "dag", "resource") if k in template]
+    kinds = [k for k in ("container", "script", "dag", "steps", "resource") if k in template]
     if len(kinds) != 1:
-        return problems  # the unknown kind (steps, script, suspend...) is reported already
+        return problems  # the unknown kind (suspend, http...) is reported already
+    composite = "dag" in template or "steps" in template
+    if "script" in template:
+        script = template["script"]
+        problems += _extra(
+            f"{where}.script", script, CONTAINER_FIELDS | {"source"}, CONTAINER_IGNORED
+        )
+        problem = script_interpreter_problem(where, script)
+        problems += [problem] if problem else []
+    if "failFast" in template and not composite:  # a DAG's or steps template's field
+        problems.append(f"{where}: failFast")
+    if "retryStrategy" not in template or composite:  # the attempt's number: a pod's retries
+        for expression in sorted(
+            {e for e in expressions(template) if RETRY_EXPRESSION.fullmatch(e)}
+        ):
+            problems.append(f"{where}: {{{{{expression}}}}} without a retryStrategy")
+    for field in ("memoize", "retryStrategy", "activeDeadlineSeconds"):
+        if composite and field in template:  # Argo retries a whole DAG; not done here
+            problems.append(f"{where}: {field} on a {kinds[0]} template")
     if "container" in template:
         container = template["container"]
         problems += _extra(f"{where}.container", container, CONTAINER_FIELDS, CONTAINER_IGNORED)
@@ -161,13 +241,18 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     if "dag" in template:
         problems += _extra(f"{where}.dag", template["dag"], {"tasks", "failFast"})
         for task in template["dag"].get("tasks", []):
-            problems += _extra(f"{where} task {task.get('name')}", task, TASK_FIELDS)
-            for artifact in task.get("arguments", {}).get("artifacts", []):
-                problems.append(f"{where} task {task.get('name')}: artifact {artifact['name']}")
+            problems += _check_task(f"{where} task {task.get('name')}", task, TASK_FIELDS)
             names = {t.get("name") for t in template["dag"].get("tasks", [])}
             problems += [
                 f"{where} task {task.get('name')}: {why}" for why in depends_problems(task, names)
             ]
+    if "steps" in template:
+        for group in template["steps"] or []:
+            if not isinstance(group, list):
+                problems.append(f"{where}.steps: a group that is not a list of steps")
+                continue
+            for step in group:
+                problems += _check_task(f"{where} step {step.get('name')}", step, STEP_FIELDS)
     if "resource" in template:
         resource = template["resource"]
         problems += _extra(f"{where}.resource", resource, RESOURCE_FIELDS)
@@ -184,9 +269,7 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     problems += _extra(f"{where}.retryStrategy", retry, RETRY_FIELDS)
     if "backoff" in retry:
         backoff = retry["backoff"]
-        problems += _extra(
-            f"{where}.retryStrategy.backoff", backoff, {"duration", "factor", "maxDuration"}
-        )
+        problems += _extra(f"{where}.retryStrategy.backoff", backoff, BACKOFF_FIELDS)
     for parameter in template.get("inputs", {}).get("parameters", []):
         problems += _extra(f"{where} input {parameter.get('name')}", parameter, PARAMETER_FIELDS)
     for artifact in inputs.get("artifacts", []):  # raw ones feed resource.manifestFrom
@@ -196,7 +279,9 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
             problems.append(f"{where}: input artifact {artifact.get('name')}")
     for parameter in template.get("outputs", {}).get("parameters", []):
         problems += _extra(f"{where} output {parameter.get('name')}", parameter, PARAMETER_FIELDS)
-        source = set(parameter.get("valueFrom", {})) - {"path", "jsonPath", "default"}
+        # a pod's outputs come from its files, a DAG's or steps' from its tasks' outputs
+        allowed = {"parameter", "default"} if composite else {"path", "jsonPath", "default"}
+        source = set(parameter.get("valueFrom", {})) - allowed
         if source:
             problems.append(f"{where} output {parameter.get('name')}: valueFrom {sorted(source)}")
     for artifact in template.get("outputs", {}).get("artifacts", []):
@@ -206,10 +291,20 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+DURATION_UNITS = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400,
+}  # fmt: skip
+DURATION_PART = r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)"
+
+
 def parse_duration(text: str | int | float) -> float:
-    """Seconds of an Argo duration: ``30``, ``30s``, ``5m``, ``2h``, ``1d``."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(text))
-    if not match:
-        raise UnsupportedFeature(f"duration {text!r} (use a number with s, m, h or d)")
-    unit = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
-    return float(match.group(1)) * unit
+    """Seconds of an Argo duration: a number of seconds (``30``) or a Go duration
+    (``30s``, ``1m30s``, ``500ms``, ``2h``); ``1d`` too, as memoize's maxAge takes it."""
+    value = str(text).strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", value):
+        return float(value)
+    if not value or not re.fullmatch(f"(?:{DURATION_PART})+", value):
+        raise UnsupportedFeature(
+            f"duration {text!r} (use seconds or a Go duration such as 30s, 1m30s, 500ms)"
+        )
+    return sum(float(n) * DURATION_UNITS[u] for n, u in re.findall(DURATION_PART, value))

@@ -151,7 +151,8 @@ class _DependsParser:
 def dag_phase(
     tasks: list[Mapping[str, Any]], phases: Mapping[str, str], fail_fast: bool = True
 ) -> str:
-    """Succeeded, Failed or Error, from the leaf tasks as ``assessDAGPhase`` judges them."""
+    """Succeeded, Failed or Error, from the leaf tasks as ``assessDAGPhase`` judges them; a
+    task still Running (or not yet decided, given as Running) tells nothing yet."""
     by_name = {t["name"]: t for t in tasks}
     parents = {t["name"]: dependency_names(t) for t in tasks}
     leaves = sorted(set(by_name) - {p for names in parents.values() for p in names})
@@ -163,6 +164,8 @@ def dag_phase(
             phase = phases.get(name, "Omitted")
             if phase in ("Succeeded", "Failed", "Error"):
                 inherited[name] = {phase}
+            elif phase in ("Running", "Pending"):
+                inherited[name] = set()
             else:  # Skipped and Omitted did not complete: they take their parents' phase
                 above = [branch(p) for p in parents[name] if p in by_name]
                 inherited[name] = set().union(*above) if above else {"Succeeded"}
@@ -179,13 +182,3 @@ def dag_phase(
             if fail_fast:
                 break
     return result
-
-
-def handles_failure(name: str, tasks: list[Mapping[str, Any]]) -> bool:
-    """Whether another task's ``depends`` (or the task's ``continueOn``) expects this task to
-    fail or error: then its failure is part of the plan, and failFast does not stop the DAG."""
-    task = next((t for t in tasks if t["name"] == name), {})
-    if task.get("continueOn"):
-        return True
-    wanted = re.compile(rf"(?<![-\w]){re.escape(name)}\.(Failed|Errored|AllFailed)\b")
-    return any(wanted.search(t.get("depends") or "") for t in tasks)

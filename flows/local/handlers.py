@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 import psutil
 
@@ -26,6 +26,7 @@ class ProcessSpec:
     cwd: Path
     deadline_s: float | None = None
     path_map: dict[str, Path] = field(default_factory=dict)  # container dir -> local dir
+    stdout_path: Path | None = None  # stdout alone is kept here too: Argo's outputs.result
 
 
 class TaskHandler(Protocol):
@@ -47,15 +48,31 @@ class SubprocessHandler:
 
     def run(self, spec: ProcessSpec, log: Path, tail: deque[str]) -> int:
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as sink:
+        stdout = open(spec.stdout_path, "wb") if spec.stdout_path else None  # noqa: SIM115
+        with open(log, "ab") as sink, stdout or contextlib.nullcontext():
             process = subprocess.Popen(
                 spec.argv,
                 cwd=spec.cwd,
                 env=spec.env,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.PIPE if stdout else subprocess.STDOUT,
                 start_new_session=True,
             )
+            lines = threading.Lock()
+
+            def copy(stream: IO[bytes], keep: IO[bytes] | None) -> None:
+                for line in iter(stream.readline, b""):
+                    with lines:
+                        sink.write(line)
+                        sink.flush()
+                        if keep:
+                            keep.write(line)
+                        tail.append(line.decode(errors="replace").rstrip())
+
+            # stderr goes to the log only; read on its own thread so neither pipe fills
+            errors = threading.Thread(target=copy, args=(process.stderr, None), daemon=True)
+            if stdout:
+                errors.start()
             with self._lock:
                 self._running.add(process)
                 late = self._stopped
@@ -72,11 +89,10 @@ class SubprocessHandler:
                 timer.start()
             try:
                 assert process.stdout is not None
-                for line in iter(process.stdout.readline, b""):
-                    sink.write(line)
-                    sink.flush()
-                    tail.append(line.decode(errors="replace").rstrip())
+                copy(process.stdout, stdout)
                 code = process.wait()
+                if stdout:
+                    errors.join()
             except BaseException:  # a signal in this (main) thread: the process goes too
                 self._kill(process)
                 raise

@@ -1,15 +1,24 @@
 """What a local run knows of its tasks, shared by the runner and its view: each task's
 state (Argo's node phases that a local run reaches, plus Cached for a memo hit), its
-record (attempts, times, exit code, outputs, log tail), and the run's result.
+record (attempts, times, exit code, outputs, log tail), and the run's result. A record is
+one of Argo's nodes: a pod, or a DAG, steps or loop (TaskGroup) node holding others; its
+key is Argo's node name without the workflow's (``A``, ``A.B``, ``[0].step``, ``B(0:foo)``).
 """
 
 from __future__ import annotations
 
 import enum
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+def file_name(node: str) -> str:
+    """A node's name as a file or directory name (its log, its task directory): a node's
+    name holds [, (, : and a loop item's text, and its directory goes into commands."""
+    return re.sub(r"[^\w.-]", "_", node)
 
 
 class TaskState(str, enum.Enum):
@@ -18,18 +27,23 @@ class TaskState(str, enum.Enum):
     SUCCEEDED = "Succeeded"
     CACHED = "Cached"
     FAILED = "Failed"
-    ERRORED = "Error"  # Argo's Error: the task could not be run (an expression failed)
-    SKIPPED = "Skipped"  # its ``when`` was false
+    # Argo's Error: the node could not run at all (a withParam not a list, an expression
+    # that failed)
+    ERROR = "Error"
     OMITTED = "Omitted"  # its ``depends`` was false, or an upstream failure stopped it
+    SKIPPED = "Skipped"  # its ``when`` was false, or a loop over an empty list
+
+    @property
+    def done(self) -> bool:
+        return self not in (TaskState.PENDING, TaskState.RUNNING)
+
+    @property
+    def failed(self) -> bool:
+        return self in (TaskState.FAILED, TaskState.ERROR)
 
     @property
     def done_ok(self) -> bool:
         return self in (TaskState.SUCCEEDED, TaskState.CACHED)
-
-    @property
-    def fulfilled(self) -> bool:
-        """Argo's ``Fulfilled``: it will not change any more."""
-        return self not in (TaskState.PENDING, TaskState.RUNNING)
 
     @property
     def phase(self) -> str:
@@ -49,6 +63,8 @@ class TaskRecord:
     message: str = ""
     process_seconds: float = 0.0  # spawn to exit of its processes, all attempts
     outputs: dict[str, str] = field(default_factory=dict)
+    result: str | None = None  # outputs.result: the main process's stdout, as Argo keeps it
+    kind: str = "Pod"  # Argo's node type: Pod, DAG, Steps, TaskGroup, Skipped
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=200), repr=False)
 
     @property
@@ -69,5 +85,6 @@ class RunResult:
 
     @property
     def failed_task(self) -> TaskRecord | None:
-        failed = (TaskState.FAILED, TaskState.ERRORED)
-        return next((t for t in self.tasks.values() if t.state in failed), None)
+        """The first failed pod (its log tells why), else the first failed node."""
+        failed = [t for t in self.tasks.values() if t.state.failed]
+        return next((t for t in failed if t.kind == "Pod"), failed[0] if failed else None)

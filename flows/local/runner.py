@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,18 +25,18 @@ from flows.local.checks import (
     UnsupportedFeature,
     unsupported,
 )
-from flows.local.conditions import dag_phase, dependency_names, handles_failure
+from flows.local.dag import DagExecution
 from flows.local.execute import TaskExecution
-from flows.local.gates import depends_says_run, entry_inputs
 from flows.local.handlers import SubprocessHandler, TaskHandler
 from flows.local.lint import lint
 from flows.local.memo import MemoCache, default_cache_dir
 from flows.local.records import RunResult, TaskRecord, TaskState
 from flows.local.resolve import resolve
 from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
+from flows.local.steps import StepsExecution
 
 
-class LocalRunner(TaskExecution):
+class LocalRunner(DagExecution, StepsExecution, TaskExecution):
     """Executes one workflow manifest; ``handler`` starts the processes (swappable in tests)."""
 
     def __init__(
@@ -86,26 +85,39 @@ class LocalRunner(TaskExecution):
                 parameter.get("value", "")
             )
         entry = self.templates[spec["entrypoint"]]
-        if "dag" not in entry:
-            raise UnsupportedFeature(f"entrypoint {spec['entrypoint']!r} is not a DAG template")
-        self.entry_inputs = entry_inputs(entry, spec, self.globals)
-        self.dag = entry["dag"]["tasks"]
-        self.fail_fast = entry["dag"].get("failFast", True) is not False
-        limits = [int(x) for x in (spec.get("parallelism"), entry.get("parallelism")) if x]
-        self.parallelism = min(limits, default=len(self.dag) or 1)
+        # the entrypoint is the root node: it gets the workflow's arguments as its inputs
+        self.entry_task = {
+            "name": spec["entrypoint"],
+            "template": spec["entrypoint"],
+            "arguments": spec.get("arguments", {}),
+        }
+        composite = "dag" in entry or "steps" in entry
+        self.root = TaskRecord("" if composite else self.name, spec["entrypoint"])
+        limit = spec.get("parallelism")
+        self.pod_slots = threading.BoundedSemaphore(int(limit)) if limit else None
         deadline = spec.get("activeDeadlineSeconds")
         self.deadline_s = float(deadline) if deadline not in (None, "") else None
         self.deadline_passed = threading.Event()
-        self.tasks = {t["name"]: TaskRecord(t["name"], t["template"]) for t in self.dag}
+        self.kept: set[str] = set()  # nodes a resumed run keeps from the earlier one
+        # the entry DAG's tasks show as Pending from the start; other nodes as they are made
+        tasks = entry.get("dag", {}).get("tasks", [])
+        self.tasks = {t["name"]: TaskRecord(t["name"], t["template"]) for t in tasks}
+        if not composite:
+            self.tasks[self.name] = self.root
         exit_name = spec.get("onExit")
         self.exit_task = TaskRecord("onExit", exit_name) if exit_name else None
         self.started = time.time()
 
     # --- state on disk -------------------------------------------------------------------
     def save_state(self) -> None:
+        with self.lock:  # nodes finish on their own threads
+            self._save_state()
+
+    def _save_state(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         records = {
-            n: {k: v for k, v in asdict(t).items() if k != "tail"} for n, t in self.tasks.items()
+            n: {k: v for k, v in asdict(t).items() if k != "tail"}
+            for n, t in list(self.tasks.items())
         }
         state = {
             "manifest": self.manifest,
@@ -132,29 +144,21 @@ class LocalRunner(TaskExecution):
         runner.globals.update({k: v for k, v in state["globals"].items() if k != "workflow.status"})
         for name, saved in state["tasks"].items():
             if TaskState(saved["state"]).done_ok:
-                record = runner.tasks[name]
+                record = runner.tasks.setdefault(name, TaskRecord(name, saved["template"]))
                 record.state, record.outputs = TaskState(saved["state"]), saved["outputs"]
+                record.result, record.kind = saved.get("result"), saved.get("kind", "Pod")
                 record.attempts, record.message = saved["attempts"], "kept from the earlier run"
+                runner.kept.add(name)
         return runner
 
-    # --- scheduling ----------------------------------------------------------------------
-    def _dependencies(self, task: dict[str, Any]) -> list[str]:
-        return dependency_names(task)
-
-    def _failed_unhandled(self) -> bool:
-        """A failure no ``depends`` expects: with failFast, nothing new starts after it."""
-        failed = (TaskState.FAILED, TaskState.ERRORED)
-        return any(
-            t.state in failed and not handles_failure(n, self.dag) for n, t in self.tasks.items()
-        )
-
+    # --- the run ------------------------------------------------------------------------
     def run(self) -> RunResult:
         """Run to the end; a stop signal (see ``flows.local.signals``) raises ``RunStopped``
         after the exit handler ran and ``state.json`` was written."""
         with stop_on_signals():
             self.save_state()
             try:
-                status = self._run_dag()
+                status = self._run_entry()
             except KeyboardInterrupt as exc:
                 stop = as_stop(exc)
                 for record in self.tasks.values():
@@ -164,7 +168,7 @@ class LocalRunner(TaskExecution):
                 self._finish("Failed", stop)
                 raise stop from None
             self._finish(status, None)
-            if self.exit_task and self.exit_task.state in (TaskState.FAILED, TaskState.ERRORED):
+            if self.exit_task and self.exit_task.state.failed:  # Failed or Error
                 status = self.globals["workflow.status"] = "Failed"  # as Argo marks it
                 self.save_state()
         return RunResult(
@@ -179,8 +183,8 @@ class LocalRunner(TaskExecution):
         self.globals["workflow.failures"] = json.dumps(
             [
                 {"displayName": r.name, "message": r.message, "templateName": r.template,
-                 "phase": r.state.phase, "podName": r.name, "finishedAt": _rfc3339(r.finished)}
-                for r in self.tasks.values() if r.state in (TaskState.FAILED, TaskState.ERRORED)
+                 "phase": r.state.value, "podName": r.name, "finishedAt": _rfc3339(r.finished)}
+                for r in list(self.tasks.values()) if r.state.failed
             ]
         )  # fmt: skip
         self.save_state()
@@ -201,75 +205,32 @@ class LocalRunner(TaskExecution):
             )
             raise (stop or second) from None
 
-    def _run_dag(self) -> str:
-        by_name = {t["name"]: t for t in self.dag}
-        running: dict[Future, str] = {}
+    def _run_entry(self) -> str:
+        """The entrypoint as the root node; the workflow ends in its phase."""
         timer = threading.Timer(self.deadline_s, self._deadline) if self.deadline_s else None
         if timer:
             timer.daemon = True
             timer.start()
-        with ThreadPoolExecutor(max_workers=max(len(by_name), 1)) as pool:
-            try:
-                self._schedule(pool, by_name, running)
-            except BaseException:
-                # Ctrl-C: stop the processes first, or the pool would wait for them.
-                self.stopping.set()
-                self.handler.interrupt()
-                raise
-            finally:
-                if timer:
-                    timer.cancel()
-        for record in self.tasks.values():
-            if record.state is TaskState.PENDING:
-                record.state, record.message = TaskState.OMITTED, "an upstream task failed"
-        phases = {name: record.state.phase for name, record in self.tasks.items()}
-        return dag_phase(self.dag, phases, self.fail_fast)
+        try:
+            self.root.state = TaskState.RUNNING
+            self._run_task(self.entry_task, self.root, dict(self.globals))
+        except BaseException:
+            # Ctrl-C: stop the processes first, or the pool would wait for them.
+            self.stopping.set()
+            self.handler.interrupt()
+            raise
+        finally:
+            if timer:
+                timer.cancel()
+        if self.root.state.done_ok:
+            return "Succeeded"
+        return "Error" if self.root.state is TaskState.ERROR else "Failed"
 
     def _deadline(self) -> None:
         """Workflow activeDeadlineSeconds: Argo fails the running nodes and schedules none."""
         self.deadline_passed.set()
         self.stopping.set()
         self.handler.interrupt()
-
-    def _schedule(
-        self, pool: ThreadPoolExecutor, by_name: dict[str, Any], running: dict[Future, str]
-    ) -> None:
-        failed = False
-        while True:
-            if not failed or not self.fail_fast:  # Argo's dag.failFast, true by default
-                started = omitted = False
-                for name, task in by_name.items():
-                    if len(running) >= self.parallelism:
-                        break
-                    record = self.tasks[name]
-                    if record.state is not TaskState.PENDING:
-                        continue
-                    if not all(self.tasks[d].state.fulfilled for d in self._dependencies(task)):
-                        continue
-                    if not depends_says_run(task, by_name, self.tasks):
-                        record.state = TaskState.OMITTED
-                        record.message = "omitted: depends condition not met"
-                        omitted = True
-                        continue
-                    record.state = TaskState.RUNNING
-                    running[pool.submit(self._run_task, task, record)] = name
-                    started = True
-                if started:
-                    self.save_state()  # a task that is running shows so on disk
-                if omitted:  # what depends on an omitted task may be decided now
-                    continue
-                self.on_change(self)
-            if not running:
-                break
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                running.pop(future)
-                future.result()
-            failed = self._failed_unhandled()
-            if self.deadline_passed.is_set():
-                failed, self.fail_fast = True, True
-            self.save_state()
-            self.on_change(self)
 
     # --- one task ------------------------------------------------------------------------
     def _run_exit_handler(self, status: str) -> None:

@@ -13,7 +13,7 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 
-from flows.local.records import RunResult, TaskRecord, TaskState
+from flows.local.records import RunResult, TaskRecord, TaskState, file_name
 
 if TYPE_CHECKING:
     from flows.local.runner import LocalRunner
@@ -24,9 +24,9 @@ STYLE = {
     TaskState.SUCCEEDED: "green",
     TaskState.CACHED: "green",
     TaskState.FAILED: "bold red",
-    TaskState.ERRORED: "bold red",
-    TaskState.SKIPPED: "dim",
+    TaskState.ERROR: "bold red",
     TaskState.OMITTED: "dim",
+    TaskState.SKIPPED: "dim",
 }
 TAIL_LINES = 8
 
@@ -107,7 +107,7 @@ def print_summary(result: RunResult, runner: LocalRunner, console: Console) -> N
     )
     failed = result.failed_task
     if failed:
-        log = result.run_dir / "logs" / f"{failed.name}.log"
+        log = result.run_dir / "logs" / f"{file_name(failed.name)}.log"
         console.print(
             f"task {failed.name} failed: {failed.message}; last lines of {log}:",
             style="bold red",

@@ -1,0 +1,33 @@
+"""Script templates as local processes.
+
+Argo writes a script template's ``source`` to ``/argo/staging/script`` (mode 0755) and runs
+its container with that path appended to the args (workflow/controller/operator.go
+``executeScript``, workflow/executor ``StageFiles``): ``[python]`` runs
+``python /argo/staging/script``, ``[sh, -c]`` runs the file as a command. Locally the file is
+written to the task's directory and run with this interpreter for ``python`` and as is for
+``sh`` and ``bash``; another interpreter lives only in its image and is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flows.local.checks import UnsupportedFeature, script_interpreter_problem
+from flows.local.handlers import ProcessSpec
+from flows.local.tasks import container_process
+
+
+def script_process(
+    template: Mapping[str, Any], task_dir: Path, cwd: Path, base_env: Mapping[str, str]
+) -> ProcessSpec:
+    script = dict(template["script"])
+    problem = script_interpreter_problem(f"template {template.get('name')}", script)
+    if problem:
+        raise UnsupportedFeature(problem)
+    source = task_dir / "script"
+    source.write_text(script.pop("source", ""))
+    source.chmod(0o755)
+    script["args"] = [*script.get("args", []), str(source)]
+    return container_process({**template, "container": script}, task_dir, cwd, base_env)

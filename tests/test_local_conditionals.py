@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from flows.local.checks import UnsupportedFeature
+from flows.local.runner import LocalRunner
 from tests.test_local_steps import example, run, states
 
 
@@ -34,3 +38,128 @@ def test_parameter_aggregation_script_skips_the_odd_items(tmp_path: Path) -> Non
     }
     assert [n.result for n in divided.values() if n.result] == ["1", "2"]
     assert divided["[1].divide-by-2(0:evenness:odd,num:1)"].kind == "Skipped"
+
+
+def fixed_flip(manifest: dict, side: str, template: str = "flip-coin") -> dict:
+    """The coin's template prints ``side``: Argo's random flip made deterministic."""
+    for t in manifest["spec"]["templates"]:
+        if t["name"] == template:
+            t["script"]["source"] = f"print({side!r})\n"
+    return manifest
+
+
+@pytest.mark.parametrize(("side", "other"), [("heads", "tails"), ("tails", "heads")])
+def test_coinflip_runs_the_side_that_came_up(tmp_path: Path, side: str, other: str) -> None:
+    """examples/coinflip.yaml: ``when`` on steps over the previous step's result."""
+    _, result = run(tmp_path, fixed_flip(example("coinflip"), side))
+    assert result.status == "Succeeded"
+    assert states(result) == {
+        "[0].flip-coin": "Succeeded", f"[1].{side}": "Succeeded", f"[1].{other}": "Skipped",
+    }  # fmt: skip
+    assert result.tasks[f"[1].{side}"].result == f"it was {side}"
+    assert result.tasks[f"[1].{other}"].message == f"when '{side} == {other}' evaluated false"
+
+
+@pytest.mark.parametrize("name", ["conditional-parameters", "dag-conditional-parameters"])
+@pytest.mark.parametrize("side", ["heads", "tails"])
+def test_conditional_parameters_take_the_output_of_the_step_that_ran(
+    tmp_path: Path, name: str, side: str
+) -> None:
+    """examples/(dag-)conditional-parameters.yaml: a steps or DAG template's output from
+    ``valueFrom.expression`` over its children, one of them Skipped."""
+    runner, result = run(tmp_path, fixed_flip(example(name), side))
+    assert result.status == "Succeeded"
+    assert runner.root.outputs == {"stepresult": side}
+    skipped = [k for k, n in result.tasks.items() if n.state.value == "Skipped"]
+    assert len(skipped) == 1 and skipped[0].endswith("heads" if side == "tails" else "tails")
+
+
+def test_exit_handlers_run_as_steps_with_when_on_the_workflow_status(tmp_path: Path) -> None:
+    """examples/exit-handlers.yaml (no-test: expected-failure): the entrypoint fails; the
+    exit handler's steps notify and cry run, celebrate is Skipped."""
+    runner, result = run(tmp_path, example("exit-handlers"))
+    assert result.status == "Failed"
+    assert result.tasks[runner.name].state.value == "Failed"
+    handler = {k: n.state.value for k, n in result.tasks.items() if k.startswith("onExit")}
+    assert handler == {
+        "onExit[0].notify": "Succeeded", "onExit[0].celebrate": "Skipped",
+        "onExit[0].cry": "Succeeded",
+    }  # fmt: skip
+    assert runner.exit_task is not None and runner.exit_task.state.value == "Succeeded"
+    assert result.tasks["onExit[0].cry"].result == "boohoo!"
+    assert f"send e-mail: {runner.name} Failed" in result.tasks["onExit[0].notify"].result
+
+
+def test_parameter_aggregation_divides_the_even_numbers(tmp_path: Path) -> None:
+    """examples/parameter-aggregation.yaml: a loop over aggregated output parameters with
+    ``when`` per item, then a loop over the results of the items that ran."""
+    _, result = run(tmp_path, example("parameter-aggregation"))
+    assert result.status == "Succeeded"
+    # Argo's aggregatedJSONValueList: values that are no JSON map or list stay strings
+    assert result.tasks["[1].print-nums"].result == '["1","2","3","4"]'
+    assert result.tasks["[2].print-evenness"].result == '["odd","even","odd","even"]'
+    divided = {k: n.state.value for k, n in result.tasks.items() if k.startswith("[3].")}
+    assert sorted(divided.values()) == ["Skipped", "Skipped", "Succeeded", "Succeeded"]
+    printed = {k: n.result for k, n in result.tasks.items() if k.startswith("[4].")}
+    assert printed == {"[4].print(0:1)": "1", "[4].print(1:2)": "2"}
+
+
+RETRY_SOURCE = """import pathlib, sys
+tries = pathlib.Path("tries")
+n = len(tries.read_text()) if tries.exists() else 0
+tries.write_text("x" * (n + 1))
+sys.exit(2 if n < 2 else 1)
+"""
+
+
+def test_retry_conditional_retries_while_its_expression_holds(tmp_path: Path) -> None:
+    """examples/retry-conditional.yaml, made deterministic: exit 2, 2, then 1. The
+    expression (``asInt(lastRetry.exitCode) > 1 && ...``) allows a retry after each 2 and
+    none after the 1, well before ``limit: 10``."""
+    manifest = example("retry-conditional")
+    manifest["spec"]["templates"][2]["script"]["source"] = RETRY_SOURCE
+    _, result = run(tmp_path, manifest)
+    assert result.status == "Failed"
+    node = result.tasks["[1].retry"]
+    assert (node.state.value, node.attempts, node.exit_code) == ("Failed", 3, 1)
+    assert node.message == "retryStrategy.expression evaluated to false"
+
+
+def test_retry_expression_that_fails_to_evaluate_is_an_error(tmp_path: Path) -> None:
+    manifest = example("retry-conditional")
+    manifest["spec"]["templates"][2]["script"]["source"] = RETRY_SOURCE
+    manifest["spec"]["templates"][2]["retryStrategy"]["expression"] = "asInt(lastRetry.message)"
+    _, result = run(tmp_path, manifest)
+    assert result.status == "Failed"  # the steps template fails on its Error child
+    node = result.tasks["[1].retry"]
+    assert (node.state.value, node.attempts) == ("Error", 1)
+    assert "retryStrategy.expression" in node.message and "int(" in node.message
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("retry", "template retry-script.retryStrategy.expression 'nope(lastRetry.exitCode)': "),
+        ("output", "template main output stepresult 'steps[': syntax"),
+        ("pod-output", "template heads output x: valueFrom ['expression']"),
+    ],
+)
+def test_an_expression_field_that_cannot_run_is_refused_by_name(
+    tmp_path: Path, where: str, message: str
+) -> None:
+    if where == "retry":
+        manifest = example("retry-conditional")
+        manifest["spec"]["templates"][2]["retryStrategy"]["expression"] = "nope(lastRetry.exitCode)"
+    else:
+        manifest = example("conditional-parameters")
+        templates = manifest["spec"]["templates"]
+        if where == "output":
+            templates[0]["outputs"]["parameters"][0]["valueFrom"]["expression"] = "steps["
+        else:  # a pod's outputs come from its files
+            templates[2]["outputs"] = {
+                "parameters": [{"name": "x", "valueFrom": {"expression": "1"}}]
+            }
+    with pytest.raises(UnsupportedFeature, match="does not implement") as refused:
+        LocalRunner(manifest, tmp_path / "runs")
+    assert message in str(refused.value)
+    assert not (tmp_path / "runs").exists()

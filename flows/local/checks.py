@@ -66,7 +66,7 @@ RESOURCE_FIELDS = {
     "action", "manifest", "manifestFrom", "successCondition", "failureCondition",
     "setOwnerReference",
 }  # fmt: skip
-RETRY_FIELDS = {"limit", "backoff", "retryPolicy", "affinity"}
+RETRY_FIELDS = {"limit", "backoff", "retryPolicy", "affinity", "expression"}
 BACKOFF_FIELDS = {"duration", "factor", "cap", "maxDuration"}
 PARAMETER_FIELDS = {"name", "value", "default", "valueFrom", "globalName", "description", "enum"}
 OUTPUT_ARTIFACT_FIELDS = {"name", "path", "archive", "globalName", "optional"}
@@ -270,6 +270,7 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     if "backoff" in retry:
         backoff = retry["backoff"]
         problems += _extra(f"{where}.retryStrategy.backoff", backoff, BACKOFF_FIELDS)
+    problems += _expr_problems(f"{where}.retryStrategy.expression", retry.get("expression"))
     for parameter in template.get("inputs", {}).get("parameters", []):
         problems += _extra(f"{where} input {parameter.get('name')}", parameter, PARAMETER_FIELDS)
     for artifact in inputs.get("artifacts", []):  # raw ones feed resource.manifestFrom
@@ -280,10 +281,12 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     for parameter in template.get("outputs", {}).get("parameters", []):
         problems += _extra(f"{where} output {parameter.get('name')}", parameter, PARAMETER_FIELDS)
         # a pod's outputs come from its files, a DAG's or steps' from its tasks' outputs
-        allowed = {"parameter", "default"} if composite else {"path", "jsonPath", "default"}
-        source = set(parameter.get("valueFrom", {})) - allowed
+        allowed = {"parameter", "expression"} if composite else {"path", "jsonPath"}
+        source = set(parameter.get("valueFrom", {})) - allowed - {"default"}
         if source:
             problems.append(f"{where} output {parameter.get('name')}: valueFrom {sorted(source)}")
+        expression = parameter.get("valueFrom", {}).get("expression")
+        problems += _expr_problems(f"{where} output {parameter.get('name')}", expression)
     for artifact in template.get("outputs", {}).get("artifacts", []):
         problems += _extra(
             f"{where} output artifact {artifact.get('name')}", artifact, OUTPUT_ARTIFACT_FIELDS
@@ -291,20 +294,9 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-DURATION_UNITS = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400,
-}  # fmt: skip
-DURATION_PART = r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)"
-
-
-def parse_duration(text: str | int | float) -> float:
-    """Seconds of an Argo duration: a number of seconds (``30``) or a Go duration
-    (``30s``, ``1m30s``, ``500ms``, ``2h``); ``1d`` too, as memoize's maxAge takes it."""
-    value = str(text).strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", value):
-        return float(value)
-    if not value or not re.fullmatch(f"(?:{DURATION_PART})+", value):
-        raise UnsupportedFeature(
-            f"duration {text!r} (use seconds or a Go duration such as 30s, 1m30s, 500ms)"
-        )
-    return sum(float(n) * DURATION_UNITS[u] for n, u in re.findall(DURATION_PART, value))
+def _expr_problems(where: str, text: str | None) -> list[str]:
+    """An expr-lang field (not a {{=...}} tag): its tags are filled first, so a stand-in."""
+    if text is None:
+        return []
+    bare = EXPRESSION.sub("nil", str(text))
+    return [f"{where} {text!r}: {why}" for why in expression_problems(bare)]

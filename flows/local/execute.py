@@ -170,6 +170,8 @@ class TaskExecution:
             wait_s, give_up = backoff.after_failure(attempt)
             if attempt == backoff.limit or give_up or self.stopping.is_set():
                 break
+            if not backoff.expression_allows(record, last_seconds):
+                break
             record.message = f"attempt {attempt + 1} exited {code}; retrying in {wait_s:g} s"
             self.on_change(self)
             if self.sleep is time.sleep:

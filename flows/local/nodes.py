@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from flows.local.checks import UnsupportedFeature, substitute
+from flows.local.checks import UnsupportedFeature, evaluate_tag, substitute
+from flows.local.expr_syntax import ExpressionError
 from flows.local.gates import skipped_outputs
 from flows.local.loops import (
     LoopError,
@@ -57,19 +58,23 @@ def node_refs(
 
 
 def composite_outputs(template: Mapping[str, Any], scope: Mapping[str, str]) -> dict[str, str]:
-    """A DAG or steps template's output parameters: ``valueFrom.parameter`` resolved in the
-    scope of its finished tasks, ``valueFrom.default`` when that has no value."""
+    """A DAG or steps template's output parameters: ``valueFrom.parameter`` resolved, or
+    ``valueFrom.expression`` evaluated (Argo's ``resolveParameter``), in the scope of its
+    finished tasks; ``valueFrom.default`` when that has no value."""
     values: dict[str, str] = {}
     for parameter in template.get("outputs", {}).get("parameters", []):
         source = parameter.get("valueFrom") or {}
         try:
+            if "expression" in source:
+                values[parameter["name"]] = evaluate_tag(str(source["expression"]), scope)
+                continue
             if "parameter" not in source:
                 raise UnsupportedFeature(
                     f"output parameter {parameter['name']}: a DAG or steps template's output "
-                    "needs valueFrom.parameter"
+                    "needs valueFrom.parameter or valueFrom.expression"
                 )
             values[parameter["name"]] = substitute(str(source["parameter"]), scope)
-        except UnsupportedFeature:
+        except (UnsupportedFeature, ExpressionError):
             if "default" not in source:
                 raise
             values[parameter["name"]] = str(source["default"])
@@ -135,7 +140,7 @@ class NodeExecution:
             return  # failed; the phase and message are set
         try:
             record.outputs = composite_outputs(template, {**self.globals, **inputs, **refs})
-        except UnsupportedFeature as exc:
+        except (UnsupportedFeature, ExpressionError) as exc:
             record.state, record.message = TaskState.ERROR, str(exc)
             return
         record.state, record.message = TaskState.SUCCEEDED, ""

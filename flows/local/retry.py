@@ -8,28 +8,53 @@ stdout that becomes ``outputs.result`` (workflow/executor ``CaptureScriptResult`
   ``maxDuration``, counted from the first attempt's start: past it no retry starts ("Max
   duration limit exceeded"), a wait that would end past it is not begun ("Backoff would
   exceed max duration limit"), and every retry is stopped at it (its pod's deadline).
+- ``expression``: evaluated after a failed attempt the limit and backoff would retry, over
+  ``lastRetry.exitCode|status|duration|message`` (``buildRetryStrategyLocalScope``); false
+  ends the retries ("retryStrategy.expression evaluated to false").
 - ``timeout`` on a pod's template: each attempt is stopped that long after it started, as
   ``activeDeadlineSeconds`` stops a pod (the smaller of the two wins).
 - ``{{retries}}`` (the attempt, from 0) and ``{{lastRetry.exitCode|status|duration|message}}``
   (the attempt before: ``0``, empty, ``0``, empty for the first) in a template with a
   ``retryStrategy``, filled in per attempt as Argo's ``executeTemplate`` does.
+- durations: seconds or Go durations (``parse_duration``, memoize's ``maxAge`` too).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows.local.checks import EXPRESSION, parse_duration
+from flows.local.checks import EXPRESSION, UnsupportedFeature
+from flows.local.expressions import ExpressionError, environment, evaluate
 from flows.local.records import TaskRecord
 
 RESULT_BYTES = 256 * 1024  # Argo keeps the last 256 kB of a result
 RETRY_VARIABLES = (
     "retries", "lastRetry.exitCode", "lastRetry.status", "lastRetry.duration", "lastRetry.message",
 )  # fmt: skip
+
+
+DURATION_UNITS = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400,
+}  # fmt: skip
+DURATION_PART = r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)"
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds of an Argo duration: a number of seconds (``30``) or a Go duration
+    (``30s``, ``1m30s``, ``500ms``, ``2h``); ``1d`` too, as memoize's maxAge takes it."""
+    value = str(text).strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", value):
+        return float(value)
+    if not value or not re.fullmatch(f"(?:{DURATION_PART})+", value):
+        raise UnsupportedFeature(
+            f"duration {text!r} (use seconds or a Go duration such as 30s, 1m30s, 500ms)"
+        )
+    return sum(float(n) * DURATION_UNITS[u] for n, u in re.findall(DURATION_PART, value))
 
 
 def retry_placeholders(template: dict[str, Any]) -> dict[str, str]:
@@ -81,6 +106,7 @@ class Backoff:
     cap: float | None = None
     max_duration: float | None = None
     timeout: float | None = None
+    expression: str = ""  # retryStrategy.expression, its {{...}} tags already filled
     first: float = field(default_factory=time.time)
     gave_up: str = ""  # Argo's message when the backoff, not the limit, ended the retries
 
@@ -100,6 +126,7 @@ class Backoff:
             cap=_seconds(backoff.get("cap")),
             max_duration=_seconds(backoff.get("maxDuration")),
             timeout=_seconds(template.get("timeout")),
+            expression=str((retry or {}).get("expression") or ""),
         )
 
     def attempt_deadline(self, deadline_s: float | None, attempt: int) -> float | None:
@@ -124,3 +151,29 @@ class Backoff:
             self.gave_up = "Backoff would exceed max duration limit"
             return wait_s, True
         return wait_s, False
+
+    def expression_allows(self, record: TaskRecord, seconds: float) -> bool:
+        """``retryStrategy.expression`` over the attempt that just failed (Argo's
+        ``buildRetryStrategyLocalScope``); false ends the retries. One that cannot be
+        evaluated raises ``ExpressionError``: Argo's node is then an Error."""
+        if not self.expression:
+            return True
+        scope = {
+            "retries": str(record.attempts - 1),
+            "lastRetry.exitCode": str(-1 if record.exit_code is None else record.exit_code),
+            "lastRetry.status": "Failed",  # a non-zero exit; an Error is never retried here
+            # whole seconds: Argo's node timestamps (metav1.Time) keep no fraction
+            "lastRetry.duration": str(int(seconds)),
+            "lastRetry.message": f"Error (exit code {record.exit_code})",
+        }
+        try:
+            allowed = evaluate(self.expression, environment(scope))
+        except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as exc:
+            raise ExpressionError(f"retryStrategy.expression {self.expression!r}: {exc}") from None
+        if not isinstance(allowed, bool):
+            raise ExpressionError(
+                f"retryStrategy.expression {self.expression!r}: {allowed!r} is not a boolean"
+            )
+        if not allowed:
+            self.gave_up = "retryStrategy.expression evaluated to false"
+        return allowed

@@ -11,7 +11,7 @@ import pytest
 
 from flows.local.checks import UnsupportedFeature
 from flows.local.runner import LocalRunner
-from tests.test_local_steps import example, run, states
+from tests.test_local_steps import example, run, sh, states, steps_workflow
 
 
 def test_dag_continue_on_fail_runs_what_expects_the_failure(tmp_path: Path) -> None:
@@ -163,3 +163,44 @@ def test_an_expression_field_that_cannot_run_is_refused_by_name(
         LocalRunner(manifest, tmp_path / "runs")
     assert message in str(refused.value)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_nested_dag_decides_by_enhanced_depends_over_a_loop(tmp_path: Path) -> None:
+    """A DAG run as a step: a loop with one failing item (continueOn), ``.AnySucceeded`` /
+    ``.AllFailed`` over its items, a ``when`` with an expression tag, and a Skipped task's
+    output default passed on."""
+    inner = {
+        "name": "inner",
+        "dag": {
+            "tasks": [
+                {"name": "loop", "template": "maybe", "withItems": [0, 1, 2],
+                 "arguments": {"parameters": [{"name": "n", "value": "{{item}}"}]},
+                 "continueOn": {"failed": True}},
+                {"name": "any", "template": "ok", "depends": "loop.AnySucceeded"},
+                {"name": "all", "template": "ok", "depends": "loop.AllFailed || !any"},
+                {"name": "skip", "template": "out", "when": "{{=asInt('2') > 3}}"},
+                {"name": "after", "template": "echo", "depends": "skip.Skipped && any",
+                 "arguments": {"parameters": [
+                     {"name": "m", "value": "{{tasks.skip.outputs.parameters.o}}"}]}},
+            ]
+        },
+    }  # fmt: skip
+    templates = [
+        inner,
+        sh("maybe", '[ "{{inputs.parameters.n}}" != 1 ]',
+           inputs={"parameters": [{"name": "n"}]}),
+        sh("ok", "true"),
+        sh("echo", "echo got {{inputs.parameters.m}}", inputs={"parameters": [{"name": "m"}]}),
+        sh("out", "echo x > /tmp/o", outputs={"parameters": [
+            {"name": "o", "valueFrom": {"path": "/tmp/o", "default": "dflt"}}]}),
+    ]  # fmt: skip
+    manifest = steps_workflow([[{"name": "d", "template": "inner"}]], templates)
+    _, result = run(tmp_path, manifest)
+    got = states(result)
+    assert got["[0].d.loop"] == "Failed"  # the TaskGroup takes its failed item's phase
+    assert [got[f"[0].d.loop({i}:{i})"] for i in range(3)] == ["Succeeded", "Failed", "Succeeded"]
+    assert (got["[0].d.any"], got["[0].d.all"]) == ("Succeeded", "Omitted")
+    assert (got["[0].d.skip"], got["[0].d.after"]) == ("Skipped", "Succeeded")
+    assert result.tasks["[0].d.after"].result == "got dflt"
+    # all is an Omitted leaf below the failed loop: Argo's assessDAGPhase fails the DAG
+    assert (got["[0].d"], result.status) == ("Failed", "Failed")

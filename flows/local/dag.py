@@ -3,11 +3,12 @@
 A task is decided once the tasks it depends on are done: it runs when its ``depends`` (or
 ``dependencies``) holds over their results (``flows.local.conditions``: a plain name is
 Succeeded or Skipped, or Failed / Errored with ``continueOn`` set for that phase), and is
-Omitted otherwise; its ``when`` is evaluated as it starts (``flows.local.gates``). After a
-failure that neither continues nor is expected by a ``depends``, ``dag.failFast`` (true by
-default) starts nothing new. A looping task is a TaskGroup node done when all its items
-are. The DAG's phase is Argo's ``assessDAGPhase``: Failed (or Error) when a leaf task's
-branch failed and that task does not continue on it.
+Omitted otherwise; its ``when`` is evaluated as it starts (``flows.local.gates``). With
+``dag.failFast`` (true by default) nothing new starts once a leaf task's branch has failed,
+as Argo's ``assessDAGPhase`` then ends the DAG (a failure that a ``depends`` expects, or
+that ``continueOn`` covers, is no failed branch). A looping task is a TaskGroup node done
+when all its items are. The DAG's phase is ``assessDAGPhase``'s: Failed (or Error) when a
+leaf task's branch failed and that task does not continue on it.
 """
 
 from __future__ import annotations

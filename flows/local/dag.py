@@ -4,11 +4,11 @@ A task is decided once the tasks it depends on are done: it runs when its ``depe
 ``dependencies``) holds over their results (``flows.local.conditions``: a plain name is
 Succeeded or Skipped, or Failed / Errored with ``continueOn`` set for that phase), and is
 Omitted otherwise; its ``when`` is evaluated as it starts (``flows.local.gates``). With
-``dag.failFast`` (true by default) nothing new starts once a leaf task's branch has failed,
-as Argo's ``assessDAGPhase`` then ends the DAG (a failure that a ``depends`` expects, or
-that ``continueOn`` covers, is no failed branch). A looping task is a TaskGroup node done
-when all its items are. The DAG's phase is ``assessDAGPhase``'s: Failed (or Error) when a
-leaf task's branch failed and that task does not continue on it.
+``dag.failFast`` (true by default) the DAG ends, starting nothing more, once no node runs
+and a leaf task's branch has failed, as Argo's ``assessDAGPhase`` ends it (a failure that a
+``depends`` expects, or that ``continueOn`` covers, is no failed branch). A looping task is
+a TaskGroup node done when all its items are. The DAG's phase is ``assessDAGPhase``'s:
+Failed (or Error) when a leaf task's branch failed and that task does not continue on it.
 """
 
 from __future__ import annotations
@@ -96,8 +96,11 @@ class DagExecution(NodeExecution):
         def failed() -> bool:
             if template.get("failFast") is True:  # the template's, not dag.failFast: any failure
                 return any(n.state.failed for n in nodes.values())
-            # dag.failFast: Argo's assessDAGPhase fails the DAG, and so stops it, as soon as
-            # a leaf task's branch failed (a failure a depends expects is no such branch)
+            # dag.failFast: Argo's assessDAGPhase is Running while a node runs; then it fails
+            # the DAG, which starts nothing more, when a leaf task's branch failed (a
+            # failure a depends expects is no such branch)
+            if running:
+                return False
             phases = {n: "Running" for n in tasks} | {n: r.state.phase for n, r in nodes.items()}
             return dag_phase(dag_tasks, phases) != "Succeeded"
 

@@ -211,3 +211,37 @@ def test_a_nested_dag_decides_by_enhanced_depends_over_a_loop(tmp_path: Path) ->
     assert result.tasks["[0].d.after"].result == "got dflt"
     # all is an Omitted leaf below the failed loop: Argo's assessDAGPhase fails the DAG
     assert (got["[0].d"], result.status) == ("Failed", "Failed")
+
+
+def test_expression_reusing_verbose_snippets_in_a_script_entrypoint(tmp_path: Path) -> None:
+    """examples/expression-reusing-verbose-snippets.yaml: {{=...}} in a script entrypoint's
+    input value and env (map with #, jsonpath, sprig.b64dec / add / min / max)."""
+    runner, result = run(tmp_path, example("expression-reusing-verbose-snippets"))
+    assert result.status == "Succeeded"
+    assert result.tasks[runner.name].result == (
+        "The week's average temperature was 35.8 with a minimum of 15 and a maximum of 57."
+    )
+
+
+def test_expression_tag_template_workflow_is_refused_by_its_sprig_date(tmp_path: Path) -> None:
+    """examples/expression-tag-template-workflow.yaml: {{=item}} and a withParam from an
+    expression run, but sprig.date is not implemented: refused by name before the run."""
+    with pytest.raises(UnsupportedFeature, match=r"sprig\.date\(\) is not implemented"):
+        LocalRunner(example("expression-tag-template-workflow"), tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_expressions_in_a_loop_and_its_items(tmp_path: Path) -> None:
+    """{{=...}} in withParam and in an item's argument (the loop part of Argo's
+    expression-tag-template-workflow example)."""
+    task = {
+        "name": "t", "template": "echo", "withParam": "{{=toJson(filter([1, 3, 5], {# > 1}))}}",
+        "arguments": {"parameters": [{"name": "m", "value": "{{=asInt(item) * 10}}"}]},
+    }  # fmt: skip
+    templates = [sh("echo", "echo {{inputs.parameters.m}}", inputs={"parameters": [{"name": "m"}]})]
+    manifest = steps_workflow([[task]], templates)
+    _, result = run(tmp_path, manifest)
+    assert result.status == "Succeeded"
+    assert {k: n.result for k, n in result.tasks.items()} == {
+        "[0].t(0:3)": "30", "[0].t(1:5)": "50",
+    }  # fmt: skip

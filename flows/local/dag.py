@@ -53,8 +53,8 @@ class DagExecution(NodeExecution):
             for name, node in list(nodes.items()):
                 if name in loops:
                     scope.update(aggregate("tasks", name, loops[name]))
-                template = self.templates.get(node.template, {})
-                scope.update(node_refs("tasks", name, node, template))
+                node_template = self.templates.get(node.template, {})
+                scope.update(node_refs("tasks", name, node, node_template))
             return scope
 
         def decide() -> bool:

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict
+from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
         if problems:
             raise UnsupportedFeature("the local runner does not implement: " + "; ".join(problems))
         self.manifest = manifest
+        self._manifest_json: str | None = None
         spec = manifest["spec"]
         self.templates = {t["name"]: t for t in spec["templates"]}
         self.name = manifest["metadata"].get("name") or (
@@ -115,23 +116,20 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
 
     def _save_state(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        records = {
-            n: {k: v for k, v in asdict(t).items() if k != "tail"}
-            for n, t in list(self.tasks.items())
-        }
+        records = {n: _saved(t) for n, t in list(self.tasks.items())}
         state = {
-            "manifest": self.manifest,
             "name": self.name,
             "globals": self.globals,
             "tasks": records,
-            "exit_handler": (
-                {k: v for k, v in asdict(self.exit_task).items() if k != "tail"}
-                if self.exit_task
-                else None
-            ),
+            "exit_handler": _saved(self.exit_task) if self.exit_task else None,
         }
+        # the manifest never changes: encoded once, it leads the state as if dumped with it
+        if self._manifest_json is None:
+            self._manifest_json = json.dumps(self.manifest, indent=2, default=str)
+        text = json.dumps(state, indent=2, default=str)
+        manifest = self._manifest_json.replace("\n", "\n  ")
         tmp = self.run_dir / "state.json.tmp"
-        tmp.write_text(json.dumps(state, indent=2, default=str))
+        tmp.write_text(f'{{\n  "manifest": {manifest},\n{text[2:]}')
         tmp.replace(self.run_dir / "state.json")
 
     @classmethod
@@ -247,6 +245,12 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
         self._run_task(task, record)
         self.save_state()  # the handler's own record too
         self.on_change(self)
+
+
+def _saved(record: TaskRecord) -> dict[str, Any]:
+    """A record as state.json keeps it: its fields but the log tail (``asdict`` without
+    its deep copies, a cost paid on every save)."""
+    return {f.name: getattr(record, f.name) for f in fields(record) if f.name != "tail"}
 
 
 def _rfc3339(epoch: float | None) -> str | None:

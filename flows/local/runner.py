@@ -119,7 +119,7 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
         records = {n: _saved(t) for n, t in list(self.tasks.items())}
         state = {
             "name": self.name,
-            "globals": self.globals,
+            "globals": dict(self.globals),
             "tasks": records,
             "exit_handler": _saved(self.exit_task) if self.exit_task else None,
         }
@@ -249,8 +249,11 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
 
 def _saved(record: TaskRecord) -> dict[str, Any]:
     """A record as state.json keeps it: its fields but the log tail (``asdict`` without
-    its deep copies, a cost paid on every save)."""
-    return {f.name: getattr(record, f.name) for f in fields(record) if f.name != "tail"}
+    its deep copies, a cost paid on every save); its outputs copied, as a node's thread
+    may add to them while the state is written."""
+    saved = {f.name: getattr(record, f.name) for f in fields(record) if f.name != "tail"}
+    saved["outputs"] = dict(record.outputs)
+    return saved
 
 
 def _rfc3339(epoch: float | None) -> str | None:

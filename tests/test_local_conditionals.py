@@ -245,3 +245,29 @@ def test_expressions_in_a_loop_and_its_items(tmp_path: Path) -> None:
     assert {k: n.result for k, n in result.tasks.items()} == {
         "[0].t(0:3)": "30", "[0].t(1:5)": "50",
     }  # fmt: skip
+
+
+FIRST_TAILS = """import os
+try:  # the first flip creates the marker, atomically: B's and C's flips run side by side
+    os.close(os.open("flipped", os.O_CREAT | os.O_EXCL))
+    print("tails")
+except FileExistsError:
+    print("heads")
+"""
+
+
+def test_dag_coinflip_recurses_on_tails(tmp_path: Path) -> None:
+    """examples/dag-coinflip.yaml, made deterministic: the first flip (A's) is tails, every
+    later one heads; tails runs the steps template again inside itself."""
+    manifest = fixed_flip(example("dag-coinflip"), "heads")
+    manifest["spec"]["templates"][2]["script"]["source"] = FIRST_TAILS
+    _, result = run(tmp_path, manifest)
+    assert result.status == "Succeeded"
+    got = states(result)
+    assert [got[t] for t in "ABCD"] == ["Succeeded"] * 4
+    assert (got["A[1].heads"], got["A[1].tails"]) == ("Skipped", "Succeeded")
+    assert result.tasks["A[1].tails"].kind == "Steps"
+    assert result.tasks["A[1].tails[1].heads"].result == "it was heads"
+    assert got["A[1].tails[1].tails"] == "Skipped"
+    for task in "BCD":
+        assert (got[f"{task}[1].heads"], got[f"{task}[1].tails"]) == ("Succeeded", "Skipped")

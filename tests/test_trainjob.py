@@ -249,14 +249,20 @@ def test_trainjob_renders_pass_the_strict_schema_check(tmp_path: Path, capsys) -
     )
 
 
-def test_a_local_run_of_a_trainjob_config_is_torchrun(monkeypatch, tmp_path) -> None:
+def test_a_local_run_of_a_trainjob_config_runs_the_trainjob(monkeypatch, tmp_path) -> None:
+    """Locally as on the cluster: the Workflow refers to the WorkflowTemplate, whose train
+    step creates the TrainJob (the runner makes it one torchrun; the slow end-to-end run is
+    in tests/test_local_templates.py)."""
     seen = {}
 
-    def fake_run_local(workflow, cfg, resume=None):
-        seen["job"] = job_of(workflow.to_dict())
+    def fake_run_local(workflow, cfg, *, workflow_templates, parameters, resume=None):
+        seen.update(workflow=workflow.to_dict(), templates=workflow_templates)
         return 0
 
     monkeypatch.setattr("flows.local.run.run_local", fake_run_local)
     monkeypatch.chdir(tmp_path)
     assert cli.main(["--config", str(SMOKE), "--set", TRAINJOB]) == 0
-    assert seen["job"]["kind"] == "PyTorchJob"
+    (template,) = seen["templates"]
+    ref = seen["workflow"]["spec"]["workflowTemplateRef"]["name"]
+    assert ref == template["metadata"]["name"]
+    assert job_of(template)["kind"] == "TrainJob"

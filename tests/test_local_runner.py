@@ -381,3 +381,41 @@ def test_ctrl_c_stops_the_task_runs_the_exit_handler_and_leaves_a_resumable_run(
     assert (tmp_path / "status").read_text().strip() == "Failed"  # as `argo stop` ends it
     state = json.loads((tmp_path / "runs" / "interrupted" / "state.json").read_text())
     assert state["tasks"]["slow"]["state"] == "Failed"
+
+
+class BrokenHandler:
+    """A task handler with a bug for one template: the runner must not die of it."""
+
+    def __init__(self, broken: str) -> None:
+        from flows.local.handlers import SubprocessHandler
+
+        self.inner, self.broken = SubprocessHandler(), broken
+
+    def run(self, spec, log, tail) -> int:
+        if any(self.broken in arg for arg in spec.argv):
+            raise RuntimeError("handler bug")
+        return self.inner.run(spec, log, tail)
+
+    def interrupt(self) -> None:
+        self.inner.interrupt()
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+
+def test_a_fault_of_the_runner_is_an_error_node_and_the_exit_handler_runs(tmp_path: Path) -> None:
+    exit_file = tmp_path / "status"
+    with Workflow(generate_name="fault-", entrypoint="main", on_exit="finally") as w:
+        broken, ok = shell("broken", "echo BROKEN"), shell("ok", "true")
+        shell("finally", f"echo '{{{{workflow.status}}}}' > {exit_file}")
+        with DAG(name="main"):
+            broken(name="a") >> ok(name="b")
+    runner = run(w, tmp_path, handler=BrokenHandler("BROKEN"))
+    assert runner.result.status == "Error"  # assessDAGPhase: an Error leaf ends the DAG Error
+    record = runner.tasks["a"]
+    assert record.state is TaskState.ERROR
+    assert record.message == "the local runner failed on this node: RuntimeError: handler bug"
+    assert runner.tasks["b"].state is TaskState.OMITTED
+    assert exit_file.read_text().strip() == runner.result.status
+    log = next((tmp_path / "runs").glob("*/logs/a.log")).read_text()
+    assert "Traceback" in log and "handler bug" in log

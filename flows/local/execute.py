@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,14 @@ class TaskExecution:
             record.state, record.message = TaskState.ERROR, str(exc)
         except (UnsupportedFeature, FileNotFoundError, OSError) as exc:
             record.state, record.message = TaskState.FAILED, str(exc)
+        except Exception as exc:  # the runner's own fault: an Error node, as Argo's controller
+            # marks one it cannot run; the exit handler still runs and the rest is kept
+            record.state = TaskState.ERROR
+            record.message = f"the local runner failed on this node: {type(exc).__name__}: {exc}"
+            log = self.run_dir / "logs" / f"{file_name(record.name)}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a") as handle:
+                handle.write(traceback.format_exc())
         finally:
             record.finished = time.time()
 

@@ -13,6 +13,7 @@ import pytest
 
 from flows.local.checks import UnsupportedFeature
 from flows.local.runner import LocalRunner
+from tests.local_examples import EXAMPLES, run, states
 
 
 def container(name: str, script: str, **extra: Any) -> dict[str, Any]:
@@ -28,15 +29,6 @@ def workflow(tasks: list[dict], templates: list[dict], **spec: Any) -> dict[str,
         "metadata": {"name": "wf"},
         "spec": {"entrypoint": "main", "templates": [dag, *templates], **spec},
     }
-
-
-def run(tmp_path: Path, manifest: dict[str, Any]):
-    runner = LocalRunner(manifest, tmp_path / "runs", cache_dir=tmp_path / "cache", cwd=tmp_path)
-    return runner, runner.run()
-
-
-def states(result) -> dict[str, str]:
-    return {n: t.state.value for n, t in result.tasks.items()}
 
 
 REFUSED = [
@@ -242,9 +234,6 @@ def test_a_memo_hit_whose_files_are_gone_runs_the_task_again(tmp_path: Path) -> 
     _, result = run(tmp_path, manifest)
     assert result.tasks["stage"].state.value == "Succeeded"
     assert (tmp_path / "runs.log").read_text().split() == ["run", "run"]
-
-
-EXAMPLES = Path(__file__).parent / "argo_examples"
 
 
 def test_argo_example_dag_disable_fail_fast(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from flows.local.checks import UnsupportedFeature
 from flows.local.runner import LocalRunner
-from tests.test_local_steps import example, run, sh, states, steps_workflow
+from tests.local_examples import example, run, states
+from tests.test_local_steps import sh, steps_workflow
 
 
 def test_dag_continue_on_fail_runs_what_expects_the_failure(tmp_path: Path) -> None:

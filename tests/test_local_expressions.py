@@ -21,6 +21,7 @@ from flows.local.conditions import depends_logic, depends_true, task_results
 from flows.local.expressions import ExpressionError, environment, evaluate, render
 from flows.local.runner import LocalRunner
 from flows.local.when import when_true
+from tests.local_examples import EXAMPLES, states
 
 WEATHER = '{"weekWeather": "eyJ0ZW1wcyI6IFszNCwgMjcsIDE1LCA1NywgNDZdfQo="}'
 SCOPE = {
@@ -239,7 +240,6 @@ def test_a_plain_name_with_continue_on_failed_accepts_its_failure() -> None:
 
 
 # --- Argo's example workflows run here ---------------------------------------------------------
-EXAMPLES = Path(__file__).parent / "argo_examples"
 ARGOSAY = EXAMPLES / "argosay.py"
 
 
@@ -259,10 +259,6 @@ def example(name: str) -> dict[str, Any]:
 def run(tmp_path: Path, manifest: dict[str, Any]):
     runner = LocalRunner(manifest, tmp_path / "runs", cache_dir=tmp_path / "cache", cwd=tmp_path)
     return runner.run()
-
-
-def states(result) -> dict[str, str]:
-    return {n: t.state.value for n, t in result.tasks.items()}
 
 
 def log(result, task: str) -> str:

@@ -11,29 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from rich.console import Console
 
 from flows.local.checks import UnsupportedFeature
 from flows.local.runner import LocalRunner
 from flows.local.view import print_summary
-
-EXAMPLES = Path(__file__).parent / "argo_examples"
-
-
-def example(name: str) -> dict[str, Any]:
-    return yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
-
-
-def run(tmp_path: Path, manifest: dict[str, Any], **kwargs: Any):
-    runner = LocalRunner(
-        manifest, tmp_path / "runs", cache_dir=tmp_path / "cache", cwd=tmp_path, **kwargs
-    )
-    return runner, runner.run()
-
-
-def states(result) -> dict[str, str]:
-    return {name: node.state.value for name, node in result.tasks.items()}
+from tests.local_examples import example, run, states
 
 
 def sh(name: str, script: str, **extra: Any) -> dict[str, Any]:

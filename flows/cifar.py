@@ -8,11 +8,13 @@
 On a cluster the pipeline is the WorkflowTemplate ``cifar-pipeline`` (``build_template``):
 the templates, the DAG, and the parameters of ``flows.parameters`` with the config's values
 as defaults; a Workflow (``build_submission``) or the CronWorkflow runs it by
-``workflowTemplateRef``. Here it is one inline Workflow with the values written in
-(``build_workflow``), which the local runner executes.
+``workflowTemplateRef``; the local runner executes that same pair. ``build_workflow`` is
+the self-contained form with the config's values written in, the reference the template
+is tested against.
 
 DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob or a
-TrainJob created by a resource template, ``flows.train_step``) -> ``optimize`` ->
+TrainJob created by a resource template, ``flows.train_step``; in the template a one-node
+``train`` and a ``train-multinode`` PyTorchJob, picked by ``when``) -> ``optimize`` ->
 ``benchmark``; the exit handler ``close-run`` ends the MLflow run with the workflow's
 status and copies the run's pictures out as artifacts. Every step gets the config as
 ``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small files under
@@ -240,7 +242,7 @@ def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:
 
 def build_workflow(cfg: PipelineConfig, *, git_revision: str | None = None) -> Workflow:
     """The pipeline as one self-contained Workflow (generateName ``cifar-``) with the
-    config's values written in: what runs on this machine; pure."""
+    config's values written in; pure."""
     with Workflow(generate_name=GENERATE_NAME, **_spec(cfg, git_revision)) as workflow:
         _define(cfg, parameterized=False)
     return workflow

@@ -47,23 +47,22 @@ def job_labels(cfg: PipelineConfig) -> dict[str, str]:
 
 
 def job_manifest(
-    cfg: PipelineConfig, settings: list[str], *, parameterized: bool, multinode: bool = True
+    cfg: PipelineConfig, settings: list[str], *, parameterized: bool, multinode: bool = False
 ) -> str:
     """The job's YAML: the config's values, or ``{{workflow.parameters.x}}`` where a run
     may change them (a PyTorchJob for one node, or for several: ``multinode``)."""
     args = ["-m", "steps.train", "--dataset", _inp("dataset-uri"), "--output", _inp("model-uri")]
     args += ["--mlflow-run-id", _inp("run-id"), *settings]
     spec: dict[str, Any] = dict(args=args, env=pod_env(cfg), labels=job_labels(cfg))
-    module = trainjob if cfg.train.launcher == "trainjob" else pytorchjob
-    if parameterized:
-        refs = {n: parameters.ref(n) for n in ("nodes", "gpus-per-node", "nproc-per-node")}
-        refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"
-        if module is pytorchjob:
-            return pytorchjob.parameterized_manifest(cfg, refs=refs, multinode=multinode, **spec)
-        return trainjob.parameterized_manifest(cfg, refs=refs, **spec)
-    if module is trainjob:
+    refs = {n: parameters.ref(n) for n in ("nodes", "gpus-per-node", "nproc-per-node")}
+    refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"
+    if cfg.train.launcher == "trainjob":
+        if parameterized:
+            return trainjob.parameterized_manifest(cfg, refs=refs, **spec)
         data = trainjob.to_manifest(trainjob.build_trainjob(cfg, **spec))
     else:
+        if parameterized:
+            return pytorchjob.parameterized_manifest(cfg, refs=refs, multinode=multinode, **spec)
         data = pytorchjob.to_manifest(pytorchjob.build_pytorchjob(cfg, **spec))
     return yaml.safe_dump(data, sort_keys=False)
 

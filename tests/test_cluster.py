@@ -222,12 +222,12 @@ def test_seaweedfs_as_deployed_takes_a_write_in_every_bucket(tmp_path: Path) -> 
     """The deployment's volume settings leave room for every bucket the Job creates: each
     bucket is a collection that grows volumes of its own (7 by default, past the default
     ``-volume.max`` of 8 at the second bucket)."""
-    docs = [d for d in yaml.safe_load_all((CLUSTER / "seaweedfs" / "seaweedfs.yaml").read_text())]
-    (deploy,) = [d for d in docs if d and d["kind"] == "Deployment"]
+    docs = render("seaweedfs")
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    (job,) = [d for d in docs if d["kind"] == "Job"]
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     volume_args = [a for a in container["args"] if a.startswith(("-volume.", "-master.volume"))]
     volume_env = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("WEED_")}
-    job = yaml.safe_load((CLUSTER / "seaweedfs" / "buckets-job.yaml").read_text())
     script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
     buckets = re.search(r"for bucket in ([\w -]+); do", script).group(1).split()
     assert len(buckets) >= 3

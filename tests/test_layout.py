@@ -12,6 +12,7 @@ from tests.conftest import REPO_ROOT
 from tests.import_graph import RULES, read_graph
 
 GRAPH = read_graph(REPO_ROOT)
+MODULES = sorted([*REPO_ROOT.glob("flows/**/*.py"), *REPO_ROOT.glob("steps/**/*.py")])
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.__name__)
@@ -85,7 +86,7 @@ def layout_tree(readme: str) -> dict[str, str]:
 def test_the_readme_layout_shows_every_module() -> None:
     tree = layout_tree((REPO_ROOT / "README.md").read_text())
     missing = []
-    for path in sorted([*REPO_ROOT.glob("flows/**/*.py"), *REPO_ROOT.glob("steps/**/*.py")]):
+    for path in MODULES:
         if path.name in ("__init__.py", "__main__.py"):
             continue
         relative = path.relative_to(REPO_ROOT)
@@ -100,7 +101,7 @@ def test_every_module_stays_near_300_lines() -> None:
     """The style guide keeps modules to ~300 lines, split by responsibility."""
     long = {
         str(path.relative_to(REPO_ROOT)): lines
-        for path in [*REPO_ROOT.glob("flows/**/*.py"), *REPO_ROOT.glob("steps/**/*.py")]
+        for path in MODULES
         if (lines := len(path.read_text().splitlines())) > 330
     }
     assert long == {}

@@ -247,7 +247,7 @@ def parameterized_manifest(
     env: list[EnvSpec],
     labels: dict[str, str],
     refs: dict[str, str],
-    multinode: bool = True,
+    multinode: bool,
 ) -> str:
     """The job as YAML text whose size follows Argo parameters: ``refs`` maps ``nodes``,
     ``workers`` (an integer expression: nodes - 1), ``gpus-per-node`` and ``nproc-per-node``

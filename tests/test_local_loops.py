@@ -52,6 +52,15 @@ def timed(log: Path, sleep: str = "0.3", tag: str = "") -> str:
     return f"echo start{tag} >> {log}; sleep {sleep}; echo end{tag} >> {log}"
 
 
+def timed_example(name: str, log: Path, parameter: str) -> dict[str, Any]:
+    """Argo's example ``name``, its job template (the third) logging its start and end to
+    ``log``, each line tagged with the job's input ``parameter``."""
+    manifest = example(name)
+    job = manifest["spec"]["templates"][2]["container"]
+    job["args"] = [timed(log, tag=f" {{{{inputs.parameters.{parameter}}}}}")]
+    return manifest
+
+
 # --- naming and expansion, as Argo's processItem / generateNodeName / expandSequence -------
 @pytest.mark.parametrize(
     ("value", "name", "scope"),
@@ -290,9 +299,7 @@ def test_a_leaf_that_continues_on_failure_does_not_fail_the_dag(tmp_path: Path) 
 def test_parallelism_nested_limits_each_worker_not_the_workers(tmp_path: Path) -> None:
     """4 seq-workers (parallelism 1) side by side, each running its 4 jobs one at a time."""
     log = tmp_path / "log"
-    manifest = example("parallelism-nested")
-    job = manifest["spec"]["templates"][2]["container"]
-    job["args"] = [timed(log, tag=" {{inputs.parameters.parallel-id}}")]
+    manifest = timed_example("parallelism-nested", log, "parallel-id")
     _, result = run(tmp_path, manifest)
     assert result.status == "Succeeded"
     lines = log.read_text().splitlines()
@@ -303,10 +310,8 @@ def test_parallelism_nested_limits_each_worker_not_the_workers(tmp_path: Path) -
 
 
 def test_parallelism_nested_dag_runs_two_of_three_at_once(tmp_path: Path) -> None:
-    manifest = example("parallelism-nested-dag")
     log = tmp_path / "log"
-    job = manifest["spec"]["templates"][2]["container"]
-    job["args"] = [timed(log, tag=" {{inputs.parameters.msg}}")]
+    manifest = timed_example("parallelism-nested-dag", log, "msg")
     _, result = run(tmp_path, manifest)
     assert result.status == "Succeeded"
     nested = [result.tasks[n] for n in ("b2", "b3", "b4")]
@@ -317,9 +322,7 @@ def test_parallelism_nested_dag_runs_two_of_three_at_once(tmp_path: Path) -> Non
 
 def test_parallelism_nested_workflow_runs_one_loop_item_at_a_time(tmp_path: Path) -> None:
     log = tmp_path / "log"
-    manifest = example("parallelism-nested-workflow")
-    job = manifest["spec"]["templates"][2]["container"]
-    job["args"] = [timed(log, tag=" {{inputs.parameters.seq-id}}")]
+    manifest = timed_example("parallelism-nested-workflow", log, "seq-id")
     _, result = run(tmp_path, manifest)
     assert result.status == "Succeeded"
     outer = [result.tasks[f"[0].seq-step({i}:{s})"] for i, s in enumerate("abcd")]

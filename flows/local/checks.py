@@ -139,15 +139,15 @@ def unsupported(manifest: Mapping[str, Any]) -> list[str]:
         problems += _extra(where, template, TEMPLATE_FIELDS, TEMPLATE_IGNORED)
         problems += _check_template(where, template)
     outside, looping = _split_loops(spec)
-    for expression in sorted(set(expressions(outside))):
-        if not expression.startswith("=") and not any(
-            p.fullmatch(expression) for p in SUPPORTED_EXPRESSIONS
-        ):
-            problems.append(f"expression {{{{{expression}}}}}")
-    for expression in sorted(set(expressions(looping)) - set(expressions(outside))):
-        known = (*SUPPORTED_EXPRESSIONS, ITEM_EXPRESSION)
-        if not expression.startswith("=") and not any(p.fullmatch(expression) for p in known):
-            problems.append(f"expression {{{{{expression}}}}}")
+    outside_expressions = set(expressions(outside))
+    in_loops = (*SUPPORTED_EXPRESSIONS, ITEM_EXPRESSION)
+    for found, known in (
+        (outside_expressions, SUPPORTED_EXPRESSIONS),
+        (set(expressions(looping)) - outside_expressions, in_loops),
+    ):
+        for expression in sorted(found):
+            if not expression.startswith("=") and not any(p.fullmatch(expression) for p in known):
+                problems.append(f"expression {{{{{expression}}}}}")
     for template in spec.get("templates", []):  # an expression tag: by what it calls
         for expression in dict.fromkeys(expressions(template)):
             if expression.startswith("="):
@@ -240,9 +240,10 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
                 problems.append(f"{where}.container.envFrom: {sorted(source)}")
     if "dag" in template:
         problems += _extra(f"{where}.dag", template["dag"], {"tasks", "failFast"})
-        for task in template["dag"].get("tasks", []):
+        tasks = template["dag"].get("tasks", [])
+        names = {t.get("name") for t in tasks}
+        for task in tasks:
             problems += _check_task(f"{where} task {task.get('name')}", task, TASK_FIELDS)
-            names = {t.get("name") for t in template["dag"].get("tasks", [])}
             problems += [
                 f"{where} task {task.get('name')}: {why}" for why in depends_problems(task, names)
             ]
@@ -271,7 +272,7 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
         backoff = retry["backoff"]
         problems += _extra(f"{where}.retryStrategy.backoff", backoff, BACKOFF_FIELDS)
     problems += _expr_problems(f"{where}.retryStrategy.expression", retry.get("expression"))
-    for parameter in template.get("inputs", {}).get("parameters", []):
+    for parameter in inputs.get("parameters", []):
         problems += _extra(f"{where} input {parameter.get('name')}", parameter, PARAMETER_FIELDS)
     for artifact in inputs.get("artifacts", []):  # raw ones feed resource.manifestFrom
         # (its path, where Argo's executor would write it, matters only in a pod)

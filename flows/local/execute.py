@@ -54,9 +54,8 @@ class TaskExecution:
         return {**scope, **(extra or {})}
 
     def _bind_inputs(
-        self, task: dict[str, Any], template: dict[str, Any], scope: dict[str, str] | None = None
+        self, task: dict[str, Any], template: dict[str, Any], scope: dict[str, str]
     ) -> dict[str, str]:
-        scope = self._scope() if scope is None else scope
         arguments = task.get("arguments", {}).get("parameters", [])
         given = {}
         for p in arguments:
@@ -91,7 +90,8 @@ class TaskExecution:
         entry DAG's task outputs)."""
         record.started = time.time()
         try:
-            run, when = when_says_run(task, self._scope() if scope is None else scope)
+            scope = self._scope() if scope is None else scope
+            run, when = when_says_run(task, scope)
             if not run:  # Argo's Skipped node: no inputs bound, nothing run
                 record.state, record.kind = TaskState.SKIPPED, "Skipped"
                 record.message = f"when '{when}' evaluated false"

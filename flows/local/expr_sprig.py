@@ -17,31 +17,27 @@ from flows.local.expr_functions import equal, go_format, go_json, is_number, typ
 from flows.local.expr_syntax import ExpressionError
 
 
-def to_int64(value: Any) -> int:
-    """spf13/cast ``ToInt64``, as Sprig calls it: whatever it cannot read is 0."""
-    if isinstance(value, bool):
-        return int(value)
-    if is_number(value):
-        return int(value)
+def _cast(value: Any, kind: type, parse: Callable[[str], Any]) -> Any:
+    """spf13/cast, as Sprig calls it: a bool or number converted, a string parsed, and
+    whatever it cannot read is 0."""
+    if isinstance(value, bool) or is_number(value):
+        return kind(value)
     if isinstance(value, str):
         try:
-            return int(value.strip(), 0)
+            return parse(value)
         except ValueError:
-            return 0
-    return 0
+            pass
+    return kind(0)
+
+
+def to_int64(value: Any) -> int:
+    """spf13/cast ``ToInt64``: a string as Go reads an integer literal (``0x1f``...)."""
+    return _cast(value, int, lambda text: int(text.strip(), 0))
 
 
 def to_float64(value: Any) -> float:
-    if isinstance(value, bool):
-        return float(value)
-    if is_number(value):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return 0.0
-    return 0.0
+    """spf13/cast ``ToFloat64``."""
+    return _cast(value, float, float)
 
 
 def _typed(*kinds: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

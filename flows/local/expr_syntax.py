@@ -292,13 +292,7 @@ class Parser:
                     node = self.call(node, None)
             elif self.is_op("["):
                 self.next()
-                if self.is_op(":"):
-                    self.next()
-                    high = None if self.is_op("]") else self.expression(0)
-                    self.expect("]")
-                    node = ("slice", node, None, high)
-                    continue
-                index = self.expression(0)
+                index = None if self.is_op(":") else self.expression(0)
                 if self.is_op(":"):
                     self.next()
                     high = None if self.is_op("]") else self.expression(0)

@@ -21,10 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from flows.local.checks import (
-    UnsupportedFeature,
-    unsupported,
-)
+from flows.local.checks import UnsupportedFeature, unsupported
 from flows.local.dag import DagExecution
 from flows.local.execute import TaskExecution
 from flows.local.handlers import SubprocessHandler, TaskHandler
@@ -247,11 +244,14 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
         self.on_change(self)
 
 
+_SAVED_FIELDS = [f.name for f in fields(TaskRecord) if f.name != "tail"]
+
+
 def _saved(record: TaskRecord) -> dict[str, Any]:
     """A record as state.json keeps it: its fields but the log tail (``asdict`` without
     its deep copies, a cost paid on every save); its outputs copied, as a node's thread
     may add to them while the state is written."""
-    saved = {f.name: getattr(record, f.name) for f in fields(record) if f.name != "tail"}
+    saved = {name: getattr(record, name) for name in _SAVED_FIELDS}
     saved["outputs"] = dict(record.outputs)
     return saved
 

@@ -158,12 +158,11 @@ def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runn
     doc = open_optimized(args.optimized, trained, cfg.storage)
     if getattr(args, "report", None) and not args.variant:
         return dispatched(args, cfg, doc, trained, device, workdir)
-    order = [args.variant] if args.variant else variant_order(doc)
-    unknown = [n for n in order if n != "eager" and n not in doc["variants"]]
-    if unknown:
+    if args.variant and args.variant != "eager" and args.variant not in doc["variants"]:
         raise InputError(
-            f"--variant {unknown[0]}: not in {args.optimized}; has {', '.join(doc['variants'])}"
+            f"--variant {args.variant}: not in {args.optimized}; has {', '.join(doc['variants'])}"
         )
+    order = [args.variant] if args.variant else variant_order(doc)
     if order == ["eager"]:
         return eager
     for variant in load_variants(args.optimized, doc, cfg.storage, device, workdir, order):

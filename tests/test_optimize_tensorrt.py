@@ -1,7 +1,7 @@
 """TensorRT INT8 (ModelOpt PTQ, then torch-tensorrt): what a CPU-only machine can check.
 
 The gate records every absent prerequisite (CUDA, torch-tensorrt, nvidia-modelopt) as the
-skip reason; the calibration loader hands over the training images INT8 calibrates on; the
+skip reason; the build context hands over the training images INT8 calibrates on; the
 builder's modules import nothing CUDA-only; where ModelOpt is importable, calibration sets
 every quantizer's range and the fake-quantized model agrees with eager. Not run without a
 GPU: the quantized model's export (ModelOpt traces its QDQ ops only on CUDA), the TensorRT
@@ -22,7 +22,6 @@ from steps.common.models import build_model
 from steps.optimize.tensorrt_builder import (
     build_tensorrt,
     calibrated_int8,
-    calibration_loader,
     compile_options,
     missing_prerequisites,
 )
@@ -76,18 +75,18 @@ def test_int8_on_a_cpu_is_skipped_naming_each_reason(
     assert not (tmp_path / spec.file).exists()
 
 
-def test_calibration_loader_yields_every_image_once_in_order(tmp_path: Path) -> None:
+def test_calibration_batches_yield_every_image_once_in_order(tmp_path: Path) -> None:
+    # One source for every INT8 builder: ModelOpt's forward loop, ORT and NNCF (as numpy).
     images = torch.randn(70, 3, 32, 32)
-    loader = calibration_loader(_context(tmp_path, images), batch=32)
-    batches = [b for (b,) in loader]
+    batches = _context(tmp_path, images).calibration_batches(32)
     assert [len(b) for b in batches] == [32, 32, 6]
     assert torch.equal(torch.cat(batches), images)
 
 
 @pytest.mark.parametrize("calibration", [None, torch.empty(0, 3, 32, 32)], ids=["none", "empty"])
-def test_calibration_loader_needs_images(tmp_path: Path, calibration) -> None:
+def test_calibration_batches_need_images(tmp_path: Path, calibration) -> None:
     with pytest.raises(RuntimeError, match="INT8 calibration needs training images"):
-        calibration_loader(_context(tmp_path, calibration))
+        _context(tmp_path, calibration).calibration_batches()
 
 
 @pytest.mark.parametrize(

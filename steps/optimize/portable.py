@@ -52,9 +52,7 @@ def export_onnx(ctx: BuildContext) -> Path:
 
 
 def calibration_batches(ctx: BuildContext, batch: int = 32) -> list[np.ndarray]:
-    if ctx.calibration is None:
-        raise RuntimeError("INT8 calibration needs training images; none were loaded")
-    return [c.cpu().numpy() for c in ctx.calibration.split(batch)]
+    return [c.cpu().numpy() for c in ctx.calibration_batches(batch)]
 
 
 def build_onnx(spec: Spec, ctx: BuildContext, path: Path) -> dict[str, Any]:

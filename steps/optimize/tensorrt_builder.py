@@ -19,12 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from steps.common.inference import DTYPES
 from steps.optimize.variants import BuildContext, SkipVariant, Spec
 
-CALIBRATION_BATCH = 32
 # What the tensorrt extra installs (pyproject.toml), named in the skip reasons.
 PACKAGES = {"torch_tensorrt": "torch-tensorrt", "modelopt": "nvidia-modelopt"}
 
@@ -44,26 +42,18 @@ def missing_prerequisites(precision: str, device: torch.device) -> list[str]:
     return reasons
 
 
-def calibration_loader(ctx: BuildContext, batch: int = CALIBRATION_BATCH) -> DataLoader:
-    """The normalised training images INT8 calibrates on, in order, in batches of ``batch``
-    (the last one shorter): the same images the ONNX Runtime and OpenVINO INT8 variants
-    calibrate on."""
-    if ctx.calibration is None or len(ctx.calibration) == 0:
-        raise RuntimeError("INT8 calibration needs training images; none were loaded")
-    return DataLoader(TensorDataset(ctx.calibration), batch_size=batch, shuffle=False)
-
-
 def calibrated_int8(ctx: BuildContext) -> torch.nn.Module:
     """A copy of the eager model with ModelOpt's INT8 quantizers (per-channel weights,
-    per-tensor activations), their ranges calibrated on ``calibration_loader``'s images."""
+    per-tensor activations), their ranges calibrated on ``ctx.calibration_batches()``: the
+    images the ONNX Runtime and OpenVINO INT8 variants calibrate on."""
     import modelopt.torch.quantization as mtq
 
     model = copy.deepcopy(ctx.model).eval()  # mtq.quantize replaces layers in place
-    loader = calibration_loader(ctx)
+    batches = ctx.calibration_batches()
 
     def forward_loop(quantized: torch.nn.Module) -> None:
         with torch.no_grad():
-            for (images,) in loader:
+            for images in batches:
                 quantized(images.to(ctx.device))
 
     mtq.quantize(model, mtq.INT8_DEFAULT_CFG, forward_loop=forward_loop)

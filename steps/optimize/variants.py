@@ -89,6 +89,13 @@ class BuildContext:
         batch = max(2, min(self.cfg.opt_batch, self.cfg.max_batch))
         return torch.randn(batch, 3, 32, 32, device=self.device).to(dtype)
 
+    def calibration_batches(self, batch: int = 32) -> list[torch.Tensor]:
+        """The normalised training images every INT8 builder calibrates on, in order, in
+        batches of ``batch`` (the last one shorter)."""
+        if self.calibration is None or len(self.calibration) == 0:
+            raise RuntimeError("INT8 calibration needs training images; none were loaded")
+        return list(self.calibration.split(batch))
+
     def batch_dim(self) -> torch.export.Dim:
         return torch.export.Dim("batch", min=self.cfg.min_batch, max=self.cfg.max_batch)
 

@@ -282,3 +282,35 @@ def test_a_script_whose_interpreter_is_only_in_its_image_is_refused(
     manifest = steps_workflow([[{"name": "s", "template": "s"}]], [{"name": "s", "script": script}])
     with pytest.raises(UnsupportedFeature, match=message):
         LocalRunner(manifest, tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        pytest.param(
+            [[{"name": "bad", "template": "bad"}, {"name": "after", "template": "ok"}]],
+            {"[0].bad": "Failed", "[0].after": "Omitted"},
+            id="the failing group first",
+        ),
+        pytest.param(
+            [
+                [{"name": "first", "template": "ok"}],
+                [{"name": "bad", "template": "bad"}, {"name": "after", "template": "ok"}],
+            ],
+            {"[0].first": "Succeeded", "[1].bad": "Failed", "[1].after": "Omitted"},
+            id="after a group that succeeded",
+        ),
+    ],
+)
+def test_fail_fast_holds_in_every_group_of_a_steps_template(
+    tmp_path: Path, groups: list[list[dict]], expected: dict[str, str]
+) -> None:
+    """Issue #23: with ``failFast: true`` and ``parallelism: 1`` (Argo's checkParallelism),
+    no step of a group starts after one failed: in the second group as in the first (the
+    runner used to read ``failFast`` from the previous group's child template)."""
+    templates = [sh("ok", "echo ok"), sh("bad", "exit 1")]
+    manifest = steps_workflow(groups, templates)
+    manifest["spec"]["templates"][0].update(failFast=True, parallelism=1)
+    _, result = run(tmp_path, manifest)
+    assert result.status == "Failed"
+    assert states(result) == expected

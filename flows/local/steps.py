@@ -20,6 +20,7 @@ class StepsExecution(NodeExecution):
         self, record: TaskRecord, template: dict[str, Any], inputs: dict[str, str]
     ) -> dict[str, str] | None:
         limit = int(template.get("parallelism") or 0)
+        fail_fast = template.get("failFast") is True
         refs: dict[str, str] = {}
         for index, group in enumerate(template["steps"]):
             if self.stopping.is_set():
@@ -39,7 +40,7 @@ class StepsExecution(NodeExecution):
                     looping.add(name)
                 elif node is not None:
                     nodes[name] = [node]
-            if self._run_all(units, limit, fail_fast=template.get("failFast") is True):
+            if self._run_all(units, limit, fail_fast=fail_fast):
                 record.state, record.message = TaskState.FAILED, FAIL_FAST_MESSAGE
                 return None
             steps = {s["name"]: s for s in group}
@@ -52,6 +53,6 @@ class StepsExecution(NodeExecution):
                 if name in looping:
                     refs.update(aggregate("steps", name, children))
                 else:
-                    template = self.templates.get(children[0].template, {})
-                    refs.update(node_refs("steps", name, children[0], template))
+                    child_template = self.templates.get(children[0].template, {})
+                    refs.update(node_refs("steps", name, children[0], child_template))
         return refs

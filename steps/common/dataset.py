@@ -26,7 +26,6 @@ from steps.common.storage import Store
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "test")
-ARRAY_FILES = tuple(f"{split}_{part}" for split in SPLITS for part in ("images", "labels"))
 SIDE = 32
 NUM_CLASSES = 10
 

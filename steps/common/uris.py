@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from urllib.parse import urlparse
 
-SCHEMES = ("file", "s3")
 # S3's bucket naming rules: 3-63 characters, lowercase letters, digits, '.' and '-'.
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 

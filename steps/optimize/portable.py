@@ -18,7 +18,6 @@ import torch
 from steps.optimize.variants import BuildContext, SkipVariant, Spec
 
 ONNX_FILE = "model.onnx"
-CUDA_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 
 
 def _need(*modules: str, extra: str) -> None:

@@ -75,6 +75,9 @@ CLUSTER_SCOPED = {
 # Trainer v2.3.0's Volcano plugin takes the PodGroup's queue from this TrainJob annotation
 # (= flows.manifests.trainjob.VOLCANO_QUEUE).
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+QUEUE_CRD = "queues.scheduling.volcano.sh"
+QUEUE_CRD_FILE = "v1.14.4:config/crd/volcano/bases/scheduling.volcano.sh_queues.yaml"
+VOLCANO_MIRROR = Path("/work/.mirror/volcano-sh+volcano/repo")  # where this workplace has it
 
 
 def kubectl() -> str:
@@ -157,6 +160,33 @@ def vendored_objects(root: Path) -> tuple[dict[str, Any], ...]:
     return tuple(docs)
 
 
+def queue_crd() -> dict[str, Any] | None:
+    """Volcano v1.14.4's Queue CRD, vendored or from the local mirror (None: neither)."""
+    root = vendor_dir()
+    for doc in vendored_objects(root) if root else ():
+        if doc["kind"] == "CustomResourceDefinition" and doc["metadata"]["name"] == QUEUE_CRD:
+            return doc
+    done = subprocess.run(
+        ["git", "-C", str(VOLCANO_MIRROR), "show", QUEUE_CRD_FILE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return yaml.safe_load(done.stdout) if done.returncode == 0 else None
+
+
+def strict_schema(schema: Any) -> Any:
+    """Objects with declared properties take no other key (the API server prunes them)."""
+    if isinstance(schema, list):
+        return [strict_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict_schema(v) for k, v in schema.items()}
+    if "properties" in schema and "additionalProperties" not in schema:
+        out["additionalProperties"] = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+    return out
+
+
 def upstream_controller_rbac() -> list[dict[str, Any]]:
     """Argo's controller RBAC on ConfigMaps as the constants above state it."""
     return [
@@ -218,7 +248,7 @@ def _manifest(text: str) -> dict[str, Any]:
     return yaml.safe_load(re.sub(r"\{\{[^}]*\}\}", "0", text))
 
 
-def _embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The objects a Workflow's resource templates create (inline or manifestFrom)."""
     for template in doc.get("spec", {}).get("templates", []):
         resource = template.get("resource")
@@ -272,6 +302,6 @@ def references(doc: dict[str, Any], namespace: str | None = None) -> set[Ref]:
         refs.add(Ref("Queue", None, queue))
     if doc.get("kind") == "ConfigMap" and "artifactRepository" in (doc.get("data") or {}):
         refs |= references({"spec": yaml.safe_load(doc["data"]["artifactRepository"])}, ns)
-    for child in _embedded(doc):
+    for child in embedded(doc):
         refs |= references(child, ns)
     return refs

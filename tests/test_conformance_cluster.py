@@ -4,14 +4,13 @@ reachable from no pod, and every object a rendered workflow or job names exists 
 build or is one the README has the user create (``optional`` where the README says so).
 
 Offline: the repository's layers are built with ``kubectl kustomize`` and the upstream facts
-are the cited constants of tests.cluster_build; ``test_upstream_facts_hold_in_vendored_
-manifests`` checks those constants whenever the vendored upstream manifests are present.
+are the cited constants of tests.cluster_build; the last test checks those constants against
+the vendored upstream manifests whenever a checkout has them.
 """
 
 from __future__ import annotations
 
 import copy
-import subprocess
 from functools import cache
 from typing import Any
 
@@ -35,8 +34,6 @@ HAND_MADE = {
     ("Secret", "argo", "cifar-mlflow"): True,  # "only when the MLflow server wants a token"
 }
 DEFECT_7 = pytest.mark.xfail(strict=True, reason="defect 7: fixed on branch issue-21-workflow")
-VOLCANO_MIRROR = "/work/.mirror/volcano-sh+volcano/repo"
-QUEUE_CRD = "config/crd/volcano/bases/scheduling.volcano.sh_queues.yaml"
 
 
 @cache
@@ -158,14 +155,15 @@ def _job_kinds(cfg: PipelineConfig) -> set[str]:
         for template in doc["spec"]["templates"]:
             if "resource" in template:
                 assert template["resource"]["action"] == "create", "extend the verbs table"
-        kinds |= {child["kind"] for child in cb._embedded(doc)}
+        kinds |= {child["kind"] for child in cb.embedded(doc)}
     return kinds
 
 
-def needed(namespace: str) -> set[tuple[str, str, str]]:
-    """What the executor does under the workflow's account, for every config and launcher."""
+def needed(*names: str) -> set[tuple[str, str, str]]:
+    """What the executor does under the workflow's account, for these configs with either
+    launcher."""
     wanted = {(g, r, v) for (g, r), verbs in cb.EXECUTOR_NEEDS.items() for v in verbs}
-    for name in CONFIGS:
+    for name in names:
         for launcher in LAUNCHERS:
             for kind in _job_kinds(config(name, launcher)):
                 group, resource = cb.JOB_RESOURCES[kind]
@@ -177,7 +175,7 @@ def needed(namespace: str) -> set[tuple[str, str, str]]:
 def test_the_workflow_account_may_do_what_its_pods_do(name: str) -> None:
     c = config(name).cluster
     account = ServiceAccount(c.namespace, c.service_account)
-    for group, resource, verb in sorted(needed(c.namespace)):
+    for group, resource, verb in sorted(needed(name)):
         target = None if verb == "create" else "cifar-train-x"
         assert rbac().allows(account, Request(verb, group, resource, c.namespace, target)), (
             f"{account} may not {verb} {resource}.{group}"
@@ -187,7 +185,7 @@ def test_the_workflow_account_may_do_what_its_pods_do(name: str) -> None:
 def test_the_workflow_account_has_nothing_more() -> None:
     c = PipelineConfig().cluster
     account = ServiceAccount(c.namespace, c.service_account)
-    assert rbac().grants(account, c.namespace) == needed(c.namespace)
+    assert rbac().grants(account, c.namespace) == needed(*CONFIGS)
     for verb in ("get", "list", "watch"):
         assert not rbac().allows(account, Request(verb, "", "secrets", c.namespace, "cifar-s3"))
     assert rbac().cluster_bindings_of(account) == []
@@ -269,46 +267,18 @@ def test_the_readme_has_the_user_create_each_hand_made_object() -> None:
 # --- the Queue and the PriorityClass ----------------------------------------------------
 
 
-def _queue_crd() -> dict[str, Any]:
-    root = cb.vendor_dir()
-    for doc in cb.vendored_objects(root) if root else []:
-        if doc["kind"] == "CustomResourceDefinition" and doc["metadata"]["name"].startswith(
-            "queues.scheduling.volcano.sh"
-        ):
-            return doc
-    done = subprocess.run(
-        ["git", "-C", VOLCANO_MIRROR, "show", f"v1.14.4:{QUEUE_CRD}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip("Volcano's Queue CRD: neither vendored nor in the mirror")
-    return yaml.safe_load(done.stdout)
-
-
-def _strict(schema: Any) -> Any:
-    """Objects with declared properties take no other key (the API server prunes them)."""
-    if isinstance(schema, list):
-        return [_strict(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _strict(v) for k, v in schema.items()}
-    if "properties" in schema and "additionalProperties" not in schema:
-        out["additionalProperties"] = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
-    return out
-
-
 def test_the_queue_is_valid_and_opens() -> None:
     (queue,) = [d for d in own() if d["kind"] == "Queue"]
-    crd = _queue_crd()
+    crd = cb.queue_crd()
+    if crd is None:
+        pytest.skip(f"Volcano's Queue CRD: neither vendored nor in {cb.VOLCANO_MIRROR}")
     assert crd["spec"]["scope"] == "Cluster" and "namespace" not in queue["metadata"]
     (version,) = [
         v for v in crd["spec"]["versions"] if v["name"] == queue["apiVersion"].split("/")[1]
     ]
     schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
     schema["properties"]["metadata"] = {"type": "object"}
-    jsonschema.validate(queue, _strict(schema))
+    jsonschema.validate(queue, cb.strict_schema(schema))
     assert "status" not in queue  # Volcano's queue controller opens a queue with no state
 
 
@@ -352,4 +322,4 @@ def test_upstream_facts_hold_in_vendored_manifests() -> None:
         name = None if verb == "create" else c.cache_configmap
         assert full.allows(cb.CONTROLLER, Request(verb, "", "configmaps", c.namespace, name))
     account = ServiceAccount(c.namespace, c.service_account)
-    assert full.grants(account, c.namespace) == needed(c.namespace)
+    assert full.grants(account, c.namespace) == needed(*CONFIGS)

@@ -23,7 +23,8 @@ from tests.servers import SeaweedFS
 CLUSTER = REPO_ROOT / "configs" / "cluster"
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
 OPTIONAL_BASES = {"trainer"}  # applied after the top level, for train.launcher=trainjob
-CRD_KINDS = {"ClusterTrainingRuntime"}  # checked against Trainer's CRD, not core schemas
+# checked against their CRDs, not core schemas (Queue: tests/test_conformance_cluster.py)
+CRD_KINDS = {"ClusterTrainingRuntime", "Queue"}
 VALIDATOR = SHARED / "tools" / "validate_manifests.py"
 K8S_VERSION = "1.33.0"
 

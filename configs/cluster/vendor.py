@@ -133,8 +133,11 @@ def sha256(data: bytes) -> str:
 
 
 def wanted(pin: Pin, path: str) -> bool:
-    return path.endswith(".yaml") and any(
-        path == p or (p.endswith("/") and path.startswith(p)) for p in pin.paths
+    """A YAML file under one of the pin's paths (never one that climbs out with ``..``)."""
+    return (
+        path.endswith(".yaml")
+        and ".." not in path.split("/")
+        and any(path == p or (p.endswith("/") and path.startswith(p)) for p in pin.paths)
     )
 
 

@@ -25,9 +25,9 @@ from tests.conftest import REPO_ROOT, SHARED
 from tests.k8s_rbac import ServiceAccount
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"
-# configs/cluster/vendor/ (git-ignored, filled by the vendoring script) or CI's shared copy
-VENDOR_DIRS = (CLUSTER / "vendor", SHARED / "vendor")
-LAYERS = ("argo", "volcano", "training-operator", "seaweedfs", "mlflow", "pipeline", "trainer")
+LAYERS = (
+    "argo", "training-operator", "seaweedfs", "mlflow", "pipeline", "scheduling", "trainer",
+)  # fmt: skip
 
 # Argo Workflows v4.0.5, manifests/base/workflow-controller/workflow-controller-sa.yaml and
 # workflow-controller-deployment.yaml (serviceAccountName: argo), installed in namespace argo
@@ -76,8 +76,6 @@ CLUSTER_SCOPED = {
 # (= flows.manifests.trainjob.VOLCANO_QUEUE).
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 QUEUE_CRD = "queues.scheduling.volcano.sh"
-QUEUE_CRD_FILE = "v1.14.4:config/crd/volcano/bases/scheduling.volcano.sh_queues.yaml"
-VOLCANO_MIRROR = Path("/work/.mirror/volcano-sh+volcano/repo")  # where this workplace has it
 
 
 def kubectl() -> str:
@@ -86,18 +84,28 @@ def kubectl() -> str:
     return found
 
 
-def is_remote(resource: str) -> bool:
-    return "://" in resource or resource.startswith("github.com/")
+def is_upstream(resource: str, folder: Path) -> bool:
+    """A resource upstream's release provides: remote, a vendored path, or a folder of ours
+    that overlays one (trainer/manager)."""
+    if "://" in resource or resource.startswith("github.com/"):
+        return True
+    path = (folder / resource).resolve()
+    if CLUSTER / "vendor" in [path, *path.parents]:
+        return True
+    if not path.is_dir():
+        return False
+    spec = yaml.safe_load((path / "kustomization.yaml").read_text())
+    return any(is_upstream(r, path) for r in spec.get("resources", []))
 
 
 def local_layer(base: str) -> list[dict[str, Any]]:
-    """``kubectl kustomize`` of configs/cluster/<base> with its remote resources left out
-    (and the patches, which only touch those): what the repository itself adds."""
+    """``kubectl kustomize`` of configs/cluster/<base> with upstream's resources left out
+    (and the patches and images, which only touch those): what the repository itself adds."""
     spec = yaml.safe_load((CLUSTER / base / "kustomization.yaml").read_text())
-    local = [r for r in spec.get("resources", []) if not is_remote(r)]
+    local = [r for r in spec.get("resources", []) if not is_upstream(r, CLUSTER / base)]
     if not local:
         return []
-    trimmed = {k: v for k, v in spec.items() if k not in ("resources", "patches")}
+    trimmed = {k: v for k, v in spec.items() if k not in ("resources", "patches", "images")}
     trimmed["resources"] = [str((CLUSTER / base / r).resolve()) for r in local]
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(trimmed))
@@ -129,50 +137,58 @@ def own_patches() -> list[dict[str, Any]]:
     return docs
 
 
-def vendor_dir() -> Path | None:
-    return next((d for d in VENDOR_DIRS if d.is_dir() and any(d.rglob("*.yaml"))), None)
+SHARED_VENDOR = SHARED / "vendor" / "cluster"  # CI's copy, from the steering repository
+POPULATE = "python configs/cluster/vendor.py (network) or --from DIR"
+BUILT_LAYERS = {"cluster": ".", "scheduling": "scheduling", "trainer": "trainer"}
+
+
+def vendor_source() -> Path | None:
+    """Where upstream's vendored manifests are: CI's shared copy or a developer's vendor/."""
+    return next((d for d in (SHARED_VENDOR, CLUSTER / "vendor") if d.is_dir()), None)
+
+
+def kustomize(path: Path) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    # libyaml's loader: the builds are ~200,000 lines (the CRDs' schemas)
+    return [d for d in yaml.load_all(done.stdout, Loader=yaml.CSafeLoader) if d]
 
 
 @cache
-def vendored_objects(root: Path) -> tuple[dict[str, Any], ...]:
-    """Every object of the vendored upstream manifests, whatever their layout; Argo's
-    namespaced objects without a namespace get the install's (as kustomize gives them)."""
-    docs = []
-    for path in sorted([*root.rglob("*.yaml"), *root.rglob("*.yml")]):
-        try:
-            # libyaml: the CRDs are megabytes
-            text = path.read_text()
-            loaded = [
-                d for d in yaml.load_all(text, Loader=yaml.CSafeLoader) if isinstance(d, dict)
-            ]
-        except yaml.YAMLError:
-            continue  # templated files (Helm charts) are no manifests
-        argo = "argo" in str(path.relative_to(root))
-        for doc in loaded:
-            if doc.get("kind") and doc.get("kind") != "Kustomization":
-                meta = doc.setdefault("metadata", {})
-                if argo and doc["kind"] not in CLUSTER_SCOPED:
-                    meta.setdefault("namespace", ARGO_NAMESPACE)
-                for subject in doc.get("subjects") or []:
-                    if argo and subject.get("kind") == "ServiceAccount":
-                        subject.setdefault("namespace", ARGO_NAMESPACE)
-                docs.append(doc)
-    return tuple(docs)
+def vendored_builds() -> dict[str, tuple[dict[str, Any], ...]] | None:
+    """What each ``kubectl apply -k`` of configs/cluster applies (None: nothing vendored),
+    built from a copy whose vendor/ the script filled from ``vendor_source()``, checked
+    against vendor.lock on the way."""
+    source = vendor_source()
+    if source is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "cluster"
+        shutil.copytree(CLUSTER, copy, ignore=shutil.ignore_patterns("vendor"))
+        done = subprocess.run(
+            [sys.executable, str(copy / "vendor.py"), "--from", str(source)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return {name: tuple(kustomize(copy / path)) for name, path in BUILT_LAYERS.items()}
+
+
+def vendored_objects() -> tuple[dict[str, Any], ...] | None:
+    """Every object the install applies, upstream's and ours (None: nothing vendored)."""
+    builds = vendored_builds()
+    return None if builds is None else tuple(d for docs in builds.values() for d in docs)
 
 
 def queue_crd() -> dict[str, Any] | None:
-    """Volcano v1.14.4's Queue CRD, vendored or from the local mirror (None: neither)."""
-    root = vendor_dir()
-    for doc in vendored_objects(root) if root else ():
+    """Volcano v1.14.4's Queue CRD, from the vendored install (None: nothing vendored)."""
+    for doc in vendored_objects() or ():
         if doc["kind"] == "CustomResourceDefinition" and doc["metadata"]["name"] == QUEUE_CRD:
             return doc
-    done = subprocess.run(
-        ["git", "-C", str(VOLCANO_MIRROR), "show", QUEUE_CRD_FILE],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return yaml.safe_load(done.stdout) if done.returncode == 0 else None
+    return None
 
 
 def strict_schema(schema: Any) -> Any:

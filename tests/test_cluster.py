@@ -1,7 +1,7 @@
-"""configs/cluster: the kustomize bases render and pass strict Kubernetes validation, remote
-bases are pinned, images are versioned, every Secret is only referenced, never filled, the
-Training Operator gang-schedules with Volcano, and the Trainer v2 runtime is what the flow
-renders."""
+"""configs/cluster: the kustomize bases render and pass strict Kubernetes validation, upstream
+bases are the vendored copies of pinned releases (no remote base), images are versioned,
+every Secret is only referenced, never filled, the Training Operator gang-schedules with
+Volcano, and the Trainer v2 runtime is what the flow renders."""
 
 from __future__ import annotations
 
@@ -21,8 +21,11 @@ from tests.conftest import REPO_ROOT, SHARED
 from tests.servers import SeaweedFS
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"
+VENDOR = CLUSTER / "vendor"  # upstream's files, git-ignored (tests/test_cluster_install.py)
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
-OPTIONAL_BASES = {"trainer"}  # applied after the top level, for train.launcher=trainjob
+# applied after the top level: Volcano's Queue once Volcano answers; Trainer v2 for
+# train.launcher=trainjob
+OPTIONAL_BASES = {"scheduling", "trainer"}
 # checked against their CRDs, not core schemas (Queue: tests/test_conformance_cluster.py)
 CRD_KINDS = {"ClusterTrainingRuntime", "Queue"}
 VALIDATOR = SHARED / "tools" / "validate_manifests.py"
@@ -43,10 +46,15 @@ def render(base: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
+def ours(pattern: str) -> list[Path]:
+    """The files of configs/cluster matching ``pattern`` that this repository wrote."""
+    return sorted(p for p in CLUSTER.rglob(pattern) if VENDOR not in p.parents)
+
+
 def all_manifests() -> list[dict[str, Any]]:
     """Every Kubernetes object written in configs/cluster (kustomizations excluded)."""
     docs = []
-    for path in sorted(CLUSTER.rglob("*.yaml")):
+    for path in ours("*.yaml"):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") != "Kustomization":
                 docs.append(doc)
@@ -94,11 +102,12 @@ def test_every_written_manifest_passes_strict_validation() -> None:
 def test_top_level_kustomization_names_every_base() -> None:
     top = yaml.safe_load((CLUSTER / "kustomization.yaml").read_text())
     bases = sorted(p.parent.name for p in CLUSTER.glob("*/kustomization.yaml"))
-    assert sorted([*top["resources"], *OPTIONAL_BASES]) == bases
-    for path in CLUSTER.rglob("kustomization.yaml"):
+    folders = [r for r in top["resources"] if not r.startswith("vendor/")]
+    assert sorted([*folders, *OPTIONAL_BASES]) == bases
+    for path in ours("kustomization.yaml"):
         spec = yaml.safe_load(path.read_text())
         for resource in spec.get("resources", []):
-            if "://" not in resource and not resource.startswith("github.com/"):
+            if VENDOR not in (path.parent / resource).resolve().parents:
                 assert (path.parent / resource).exists(), f"{path}: {resource}"
         for patch in spec.get("patches", []):
             if "path" in patch:
@@ -106,21 +115,45 @@ def test_top_level_kustomization_names_every_base() -> None:
 
 
 @pytest.mark.parametrize(
-    ("base", "pinned"),
+    ("base", "vendored", "repo", "tag"),
     [
-        ("argo", r"argo-workflows/releases/download/v4\.0\.5/install\.yaml$"),
+        ("argo", "../vendor/argo/manifests/cluster-install", "argoproj/argo-workflows", "v4.0.5"),
         (
             "training-operator",
-            r"kubeflow/trainer\.git/manifests/overlays/standalone\?ref=v1\.9\.4$",
+            "../vendor/training-operator/manifests/overlays/standalone",
+            "kubeflow/trainer",
+            "v1.9.4",
         ),
-        ("volcano", r"volcano-sh/volcano/v1\.14\.4/installer/volcano-development\.yaml$"),
-        ("trainer", r"kubeflow/trainer\.git/manifests/overlays/manager\?ref=v2\.3\.0$"),
+        (".", "vendor/volcano/installer/volcano-development.yaml", "volcano-sh/volcano", "v1.14.4"),
+        (
+            "trainer/manager",
+            "../../vendor/trainer/manifests/base/manager",
+            "kubeflow/trainer",
+            "v2.3.0",
+        ),
+        (
+            "trainer/jobset",
+            "../../vendor/jobset/config/default",
+            "kubernetes-sigs/jobset",
+            "v0.12.0",
+        ),
     ],
 )
-def test_remote_bases_are_pinned_releases(base: str, pinned: str) -> None:
+def test_upstream_bases_are_vendored_pinned_releases(
+    base: str, vendored: str, repo: str, tag: str
+) -> None:
+    """Each upstream base is a vendored path (configs/cluster/vendor.py), locked at its tag."""
     spec = yaml.safe_load((CLUSTER / base / "kustomization.yaml").read_text())
-    remote = [r for r in spec["resources"] if "://" in r or r.startswith("github.com/")]
-    assert len(remote) == 1 and re.search(pinned, remote[0]), remote
+    assert vendored in spec["resources"], spec["resources"]
+    component = vendored.split("vendor/")[1].split("/")[0]
+    path = vendored.split(f"vendor/{component}/")[1]
+    locked = [
+        line.split()
+        for line in (CLUSTER / "vendor.lock").read_text().splitlines()
+        if line.startswith(f"{component} ")
+    ]
+    assert {(r, t) for _, r, t, _, _ in locked} == {(repo, tag)}
+    assert any(p == path or p.startswith(f"{path}/") for _, _, _, p, _ in locked), path
 
 
 def test_images_are_pinned_and_ours_carry_the_package_version() -> None:
@@ -132,6 +165,9 @@ def test_images_are_pinned_and_ours_carry_the_package_version() -> None:
         if isinstance(c, dict) and "image" in c
     ]
     assert images
+    for path in ours("kustomization.yaml"):
+        for pin in yaml.safe_load(path.read_text()).get("images", []):
+            assert pin.get("newTag", "latest") != "latest", (path, pin)
     for image in images:
         name, _, tag = image.rpartition(":")
         assert name and tag and tag != "latest" and "/" not in tag, image
@@ -215,7 +251,7 @@ def test_the_s3_endpoint_is_seaweedfs_everywhere() -> None:
     pod = deploy["spec"]["template"]["spec"]
     assert "-s3.config=/config/s3.json" in pod["containers"][0]["args"]
     assert pod["initContainers"][0]["envFrom"] == [{"secretRef": {"name": "seaweedfs-credentials"}}]
-    text = "\n".join(p.read_text() for p in CLUSTER.rglob("*.yaml"))
+    text = "\n".join(p.read_text() for p in ours("*.yaml"))
     assert "minio" not in text.lower()
 
 

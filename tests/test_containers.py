@@ -113,3 +113,41 @@ def test_optimize_image_has_the_tensorrt_extras_quantizer() -> None:
     pins = [p for p in extra["optional-dependencies"]["tensorrt"] if "torch-tensorrt" not in p]
     dockerfile = (REPO_ROOT / "containers" / "optimize.Dockerfile").read_text()
     assert pins and all(f'"{pin}"' in dockerfile for pin in pins), pins
+
+
+FREED = ("/usr/local/lib/android", "/usr/share/dotnet", "/opt/ghc")  # the runner's largest
+
+
+def builds_optimize(job: dict, step: dict) -> bool:
+    """Whether a workflow step builds the optimize image (on NGC's ~20 GB base by default)."""
+    run = step.get("run", "")
+    if "optimize.Dockerfile" in run:
+        return True
+    only = re.search(r"images\.py build .*--only[ =](\S+)", run)
+    if "images.py build" in run and (only is None or "optimize" in only.group(1).split(",")):
+        return True
+    dockerfile = str(step.get("with", {}).get("file", ""))
+    matrix = job.get("strategy", {}).get("matrix", {}).get("image", [])
+    return step.get("uses", "").startswith("docker/build-push-action") and (
+        "optimize" in dockerfile or ("matrix.image" in dockerfile and "optimize" in matrix)
+    )
+
+
+def frees_disk_for_optimize(step: dict) -> bool:
+    condition = str(step.get("if", ""))
+    runs_for_optimize = not condition or "'optimize'" in condition
+    return all(path in step.get("run", "") for path in FREED) and runs_for_optimize
+
+
+def test_the_optimize_image_is_built_only_after_freeing_the_runners_disk() -> None:
+    """Issue 21, defect 9: a hosted runner has too little free disk for the NGC base."""
+    built = []
+    for workflow in WORKFLOWS:
+        for name, job in yaml.safe_load(workflow.read_text())["jobs"].items():
+            steps = job["steps"]
+            for index, step in enumerate(steps):
+                if builds_optimize(job, step):
+                    built.append(f"{workflow.name}:{name}")
+                    freed = any(frees_disk_for_optimize(s) for s in steps[:index])
+                    assert freed, f"{workflow.name}: job {name} builds optimize on a full disk"
+    assert sorted(built) == ["e2e.yml:kind", "images.yml:build"]

@@ -1,0 +1,342 @@
+"""Vendor the pinned upstream manifests that configs/cluster builds from, checked by sha256.
+
+    python configs/cluster/vendor.py                        # download the pinned release tags
+    python configs/cluster/vendor.py --from DIR             # copy from a vendored tree (offline)
+    python configs/cluster/vendor.py --from-git MIRRORS     # from bare git mirrors (offline)
+    python configs/cluster/vendor.py --check                # verify configs/cluster/vendor only
+    python configs/cluster/vendor.py --update               # after a tag bump in PINS: new lock
+
+Every file lands in ``configs/cluster/vendor/<component>/<upstream path>`` (git-ignored: the
+files are upstream's, not ours) and must match its line in ``vendor.lock`` (component, repo,
+tag, path, sha256): one mismatch or missing file stops the run with one line naming it, and
+nothing is written (the tree is built in a temporary folder and renamed into place whole).
+
+Downloads are GitHub's tag source archives (``/archive/refs/tags/TAG.tar.gz``); the files of
+a tag's archive are byte-identical to the git blobs at that tag, which ``--from-git`` reads
+(``git archive``) from ``MIRRORS/<owner>+<name>/repo``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LOCK = HERE / "vendor.lock"
+VENDOR = HERE / "vendor"
+TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One upstream release: the folders (or files) of it that configs/cluster builds from.
+    Only ``*.yaml`` files under them are taken (the manifests, not their READMEs)."""
+
+    component: str
+    repo: str
+    tag: str
+    paths: tuple[str, ...]
+
+
+# To bump a component: change its tag here, run `vendor.py --update`, commit vendor.lock.
+PINS = (
+    # manifests/cluster-install is what upstream's Makefile builds into the release's
+    # install.yaml (argoproj/argo-workflows v4.0.5, Makefile target manifests/install.yaml).
+    Pin(
+        "argo",
+        "argoproj/argo-workflows",
+        "v4.0.5",
+        (
+            "manifests/cluster-install/",
+            "manifests/cluster-install-no-crds/",
+            "manifests/base/crds/full/",
+            "manifests/base/workflow-controller/",
+            "manifests/base/argo-server/",
+        ),
+    ),
+    # The Training Operator v1 (PyTorchJob) lives in kubeflow/trainer's v1.9.4 tag.
+    Pin(
+        "training-operator",
+        "kubeflow/trainer",
+        "v1.9.4",
+        ("manifests/base/", "manifests/overlays/standalone/"),
+    ),
+    # Trainer v2: what manifests/overlays/manager takes, less its third-party/jobset (a
+    # remote release file), which configs/cluster/trainer/manager builds from JobSet's source.
+    Pin(
+        "trainer",
+        "kubeflow/trainer",
+        "v2.3.0",
+        (
+            "manifests/base/crds/",
+            "manifests/base/manager/",
+            "manifests/base/rbac/",
+            "manifests/base/webhook/",
+        ),
+    ),
+    # JobSet's release manifests.yaml is `kustomize build config/default` (kubernetes-sigs/
+    # jobset v0.12.0, Makefile target artifacts); Trainer v2.3.0 installs that release.
+    Pin(
+        "jobset",
+        "kubernetes-sigs/jobset",
+        "v0.12.0",
+        (
+            "config/default/",
+            "config/components/crd/",
+            "config/components/rbac/",
+            "config/components/manager/",
+            "config/components/webhook/",
+            "config/components/internalcert/",
+        ),
+    ),
+    Pin("volcano", "volcano-sh/volcano", "v1.14.4", ("installer/volcano-development.yaml",)),
+)
+
+
+class VendorError(Exception):
+    """A file that is missing, differs from the lock, or could not be fetched (exit 1)."""
+
+    exit_code = 1
+
+
+class UsageError(VendorError):
+    """Options that do not go together (exit 2)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Entry:
+    component: str
+    repo: str
+    tag: str
+    path: str
+    sha256: str
+
+    @property
+    def dest(self) -> str:
+        return f"{self.component}/{self.path}"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def wanted(pin: Pin, path: str) -> bool:
+    """A YAML file under one of the pin's paths (never one that climbs out with ``..``)."""
+    return (
+        path.endswith(".yaml")
+        and ".." not in path.split("/")
+        and any(path == p or (p.endswith("/") and path.startswith(p)) for p in pin.paths)
+    )
+
+
+def read_lock(lock: Path) -> list[Entry]:
+    if not lock.is_file():
+        raise VendorError(f"{lock}: no lock file; run vendor.py --update to write it")
+    entries = []
+    for number, line in enumerate(lock.read_text().splitlines(), 1):
+        if line.strip() and not line.startswith("#"):
+            fields = line.split()
+            if len(fields) != 5:
+                raise VendorError(f"{lock}:{number}: want 'component repo tag path sha256'")
+            entries.append(Entry(*fields))
+    pinned = {(p.component, p.repo, p.tag) for p in PINS}
+    locked = {(e.component, e.repo, e.tag) for e in entries}
+    if locked != pinned:
+        stale = sorted(pinned ^ locked)
+        raise VendorError(f"{lock}: does not match PINS in vendor.py ({stale}); run --update")
+    return entries
+
+
+def write_lock(lock: Path, entries: list[Entry]) -> None:
+    lines = [
+        "# Written by `python configs/cluster/vendor.py --update`; checked on every vendoring.",
+        "# component repo tag path sha256",
+        *(f"{e.component} {e.repo} {e.tag} {e.path} {e.sha256}" for e in entries),
+    ]
+    lock.write_text("\n".join(lines) + "\n")
+
+
+def files_from_archive(pin: Pin, data: bytes, strip: bool) -> dict[str, bytes]:
+    """The wanted files of a tar archive; ``strip`` drops GitHub's ``<name>-<tag>/`` root."""
+    found = {}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar:
+            name = member.name.split("/", 1)[1] if strip and "/" in member.name else member.name
+            if member.isfile() and wanted(pin, name):
+                found[name] = tar.extractfile(member).read()
+    if not found:
+        raise VendorError(f"{pin.repo}@{pin.tag}: none of {list(pin.paths)} in the archive")
+    return found
+
+
+def fetch_github(pin: Pin) -> dict[str, bytes]:
+    url = f"https://github.com/{pin.repo}/archive/refs/tags/{pin.tag}.tar.gz"
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+            data = response.read()
+    except OSError as err:
+        raise VendorError(f"{url}: {err} (offline? use --from DIR or --from-git DIR)") from err
+    return files_from_archive(pin, data, strip=True)
+
+
+def fetch_git(pin: Pin, mirrors: Path) -> dict[str, bytes]:
+    repo = mirrors / pin.repo.replace("/", "+") / "repo"
+    paths = [p.rstrip("/") for p in pin.paths]
+    done = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", pin.tag, "--", *paths],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise VendorError(f"{repo}: git archive {pin.tag}: {done.stderr.decode().strip()}")
+    return files_from_archive(pin, done.stdout, strip=False)
+
+
+def fetch_dir(pin: Pin, source: Path, entries: list[Entry]) -> dict[str, bytes]:
+    found = {}
+    for entry in entries:
+        if entry.component == pin.component:
+            path = source / entry.dest
+            if not path.is_file():
+                raise VendorError(f"{path}: missing (locked in vendor.lock)")
+            found[entry.path] = path.read_bytes()
+    return found
+
+
+def verify(component: str, files: dict[str, bytes], entries: list[Entry]) -> None:
+    """Each locked file of ``component`` is present with its sha256; nothing else is."""
+    locked = {e.path: e.sha256 for e in entries if e.component == component}
+    for path in sorted(locked):
+        if path not in files:
+            raise VendorError(
+                f"{component}/{path}: missing from the source (locked in vendor.lock)"
+            )
+        digest = sha256(files[path])
+        if digest != locked[path]:
+            raise VendorError(
+                f"{component}/{path}: sha256 {digest} differs from the lock's {locked[path]}"
+            )
+    extra = sorted(set(files) - set(locked))
+    if extra:
+        raise VendorError(f"{component}/{extra[0]}: not in vendor.lock; run --update if bumped")
+
+
+def install(tree: dict[str, bytes], dest: Path) -> None:
+    """Write ``tree`` (relative path -> bytes) as ``dest``, whole or not at all: a failure
+    leaves the previous ``dest`` as it was."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    old = staging.with_name(f"{staging.name}-old")
+    try:
+        for relative, data in tree.items():
+            path = staging / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        if dest.exists():
+            os.rename(dest, old)
+        try:
+            os.rename(staging, dest)
+        except OSError:
+            if old.exists():
+                os.rename(old, dest)
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def fetch(
+    pin: Pin, source: Path | None, mirrors: Path | None, entries: list[Entry]
+) -> dict[str, bytes]:
+    if source is not None:
+        return fetch_dir(pin, source, entries)
+    return fetch_git(pin, mirrors) if mirrors is not None else fetch_github(pin)
+
+
+def collect(entries: list[Entry], source: Path | None, mirrors: Path | None) -> dict[str, bytes]:
+    """Every locked file, from ``source`` (a vendored tree), ``mirrors`` or GitHub, verified."""
+    tree = {}
+    for pin in PINS:
+        files = fetch(pin, source, mirrors, entries)
+        verify(pin.component, files, entries)
+        tree.update({f"{pin.component}/{path}": data for path, data in files.items()})
+    return tree
+
+
+def update(lock: Path, mirrors: Path | None) -> dict[str, bytes]:
+    """The bump: every wanted file at the PINS' tags, written to ``lock`` with its sha256."""
+    entries, tree = [], {}
+    for pin in PINS:
+        for path, data in sorted(fetch(pin, None, mirrors, []).items()):
+            entries.append(Entry(pin.component, pin.repo, pin.tag, path, sha256(data)))
+            tree[f"{pin.component}/{path}"] = data
+    write_lock(lock, entries)
+    return tree
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        metavar="DIR",
+        help="a vendored tree (DIR/<component>/<path>), e.g. ../shared/vendor/cluster",
+    )
+    source.add_argument(
+        "--from-git",
+        type=Path,
+        metavar="MIRRORS",
+        help="bare git mirrors as MIRRORS/<owner>+<name>/repo",
+    )
+    source.add_argument("--check", action="store_true", help="verify --dest against the lock")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="rewrite the lock from the PINS' tags (the bump), then vendor",
+    )
+    parser.add_argument("--dest", type=Path, default=VENDOR, help="default: %(default)s")
+    parser.add_argument("--lock", type=Path, default=LOCK, help="default: %(default)s")
+    return parser
+
+
+def run(args: argparse.Namespace) -> str:
+    if args.update:
+        if args.source is not None or args.check:
+            raise UsageError("--update reads the tags themselves: use it alone or with --from-git")
+        tree = update(args.lock, args.from_git)
+        install(tree, args.dest)
+        return f"{args.lock}: {len(tree)} files locked; {args.dest}: vendored"
+    entries = read_lock(args.lock)
+    tree = collect(entries, args.dest if args.check else args.source, args.from_git)
+    if args.check:
+        return f"{args.dest}: {len(tree)} files match {args.lock.name}"
+    install(tree, args.dest)
+    return f"{args.dest}: {len(tree)} files vendored and verified against {args.lock.name}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        print(run(args))
+    except VendorError as err:
+        print(f"vendor.py: {err}", file=sys.stderr)
+        return err.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""`kubectl apply -k configs/cluster/` (and `configs/cluster/trainer/`) builds, offline, from
+the vendored upstream manifests: the CRDs, the Deployments in their namespaces on pinned
+images, our patches applied, and every object valid. The argo overlay's patches are also
+built against a small stand-in for the release, so issue 21's defect 1 is caught with no
+vendored tree at all."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests import cluster_build
+from tests.cluster_build import POPULATE, SHARED_VENDOR, kustomize
+from tests.conftest import REPO_ROOT
+from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR, walk
+from tests.test_cluster_vendor import vendor
+
+LATEST = re.compile(r"[\w.-]+/[\w./-]+:latest\b")
+
+
+@pytest.fixture(scope="module")
+def builds() -> dict[str, tuple[dict[str, Any], ...]]:
+    """What each ``apply -k`` applies, from a copy of configs/cluster whose vendor/ the
+    script filled from ../shared/vendor/cluster (CI) or from configs/cluster/vendor (a
+    developer's), checked against vendor.lock on the way."""
+    found = cluster_build.vendored_builds()
+    if found is None:
+        pytest.skip(f"no vendored manifests in {SHARED_VENDOR} or {VENDOR}: {POPULATE}")
+    return found
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("build_of", "crd"),
+    [
+        ("cluster", "workflows.argoproj.io"),
+        ("cluster", "workflowtemplates.argoproj.io"),
+        ("cluster", "cronworkflows.argoproj.io"),
+        ("cluster", "pytorchjobs.kubeflow.org"),
+        ("cluster", "podgroups.scheduling.volcano.sh"),
+        ("cluster", "queues.scheduling.volcano.sh"),
+        ("trainer", "trainjobs.trainer.kubeflow.org"),
+        ("trainer", "clustertrainingruntimes.trainer.kubeflow.org"),
+        ("trainer", "jobsets.jobset.x-k8s.io"),
+    ],
+)
+def test_the_build_holds_the_crd(builds: dict, build_of: str, crd: str) -> None:
+    find(builds[build_of], "CustomResourceDefinition", crd)
+
+
+@pytest.mark.parametrize(
+    ("build_of", "namespace", "name", "image"),
+    [
+        ("cluster", "argo", "workflow-controller", "quay.io/argoproj/workflow-controller:v4.0.5"),
+        ("cluster", "argo", "argo-server", "quay.io/argoproj/argocli:v4.0.5"),
+        (
+            "cluster",
+            "volcano-system",
+            "volcano-scheduler",
+            "docker.io/volcanosh/vc-scheduler:v1.14.4",
+        ),
+        (
+            "cluster",
+            "volcano-system",
+            "volcano-controllers",
+            "docker.io/volcanosh/vc-controller-manager:v1.14.4",
+        ),
+        (
+            "cluster",
+            "kubeflow",
+            "training-operator",
+            "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489",
+        ),
+        (
+            "trainer",
+            "kubeflow-system",
+            "kubeflow-trainer-controller-manager",
+            "ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0",
+        ),
+        (
+            "trainer",
+            "kubeflow-system",
+            "jobset-controller-manager",
+            "registry.k8s.io/jobset/jobset:v0.12.0",
+        ),
+    ],
+)
+def test_the_deployment_runs_the_pinned_image_in_its_namespace(
+    builds: dict, build_of: str, namespace: str, name: str, image: str
+) -> None:
+    deployment = find(builds[build_of], "Deployment", name)
+    assert deployment["metadata"]["namespace"] == namespace
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
+
+
+@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer"])
+def test_no_image_is_latest_or_untagged(builds: dict, build_of: str) -> None:
+    """Not in a container, nor in an argument naming one (the Argo executor's)."""
+    for doc in builds[build_of]:
+        if doc["kind"] == "CustomResourceDefinition":
+            continue  # schemas, whose descriptions mention ":latest"
+        for node in walk(doc):
+            for container in node.get("containers", []) + node.get("initContainers", []):
+                name, _, tag = container["image"].rpartition(":")
+                assert name and tag not in ("", "latest") and "/" not in tag, container["image"]
+            for value in node.values():
+                for text in value if isinstance(value, list) else [value]:
+                    assert not (isinstance(text, str) and LATEST.search(text)), text
+
+
+def test_argo_runs_our_auth_mode_executor_and_artifact_repository(builds: dict) -> None:
+    docs = builds["cluster"]
+    server = find(docs, "Deployment", "argo-server")["spec"]["template"]["spec"]["containers"][0]
+    assert server["args"] == ["server", "--auth-mode=server"]
+    controller = find(docs, "Deployment", "workflow-controller")["spec"]["template"]["spec"]
+    assert (
+        "--executor-image=quay.io/argoproj/argoexec:v4.0.5" in controller["containers"][0]["args"]
+    )
+    config = find(docs, "ConfigMap", "workflow-controller-configmap")
+    assert config["metadata"]["namespace"] == "argo"
+    s3 = yaml.safe_load(config["data"]["artifactRepository"])["s3"]
+    assert (s3["bucket"], s3["endpoint"]) == ("argo-artifacts", "seaweedfs.seaweedfs.svc:8333")
+
+
+def test_the_training_operator_is_started_for_volcano(builds: dict) -> None:
+    operator = find(builds["cluster"], "Deployment", "training-operator")
+    assert operator["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "--gang-scheduler-name=volcano"
+    ]
+
+
+def test_trainer_objects_are_in_kubeflow_system_and_jobset_has_no_namespace_of_its_own(
+    builds: dict,
+) -> None:
+    docs = builds["trainer"]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"] == ["kubeflow-system"]
+    namespaces = {d["metadata"].get("namespace") for d in docs}
+    assert namespaces == {None, "kubeflow-system"}
+    public = find(docs, "ConfigMap", "kubeflow-trainer-public")
+    assert public["data"] == {"kubeflow_trainer_version": "v2.3.0"}
+
+
+@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer"])
+def test_every_built_object_passes_strict_validation(builds: dict, build_of: str) -> None:
+    """Kubernetes' own kinds against its schemas; any other object must be of a kind that a
+    CRD of the builds serves (the Trainer runtime: validated in tests/test_cluster.py)."""
+    served = {
+        (d["spec"]["group"], d["spec"]["names"]["kind"])
+        for docs in builds.values()
+        for d in docs
+        if d["kind"] == "CustomResourceDefinition"
+    }
+    for doc in builds[build_of]:
+        if (doc["apiVersion"].rpartition("/")[0], doc["kind"]) not in served:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+# A stand-in for the release's manifests/cluster-install, as the release's install.yaml has
+# its objects: already in namespace argo (argoproj/argo-workflows v4.0.5,
+# manifests/cluster-install-no-crds/kustomization.yaml sets it), images at :latest in source.
+RELEASE_STAND_IN = [
+    {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "workflow-controller-configmap", "namespace": "argo"},
+    },
+    *(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "argo"},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": name,
+                                "image": f"quay.io/argoproj/{image}:latest",
+                                "args": args,
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+        for name, image, args in (
+            ("argo-server", "argocli", ["server"]),
+            ("workflow-controller", "workflow-controller", []),
+        )
+    ),
+]
+
+
+def test_the_argo_overlay_patches_a_release_whose_objects_are_namespaced(tmp_path: Path) -> None:
+    """Issue 21, defect 1: a ConfigMap patch without ``metadata.namespace`` matches nothing
+    here ("no resource matches strategic merge patch ... [noNs]")."""
+    shutil.copytree(CLUSTER / "argo", tmp_path / "argo")
+    release = tmp_path / "vendor" / "argo" / "manifests" / "cluster-install"
+    release.mkdir(parents=True)
+    (release / "install.yaml").write_text(yaml.safe_dump_all(RELEASE_STAND_IN))
+    (release / "kustomization.yaml").write_text("resources: [install.yaml]\n")
+    docs = kustomize(tmp_path / "argo")
+    config = find(docs, "ConfigMap", "workflow-controller-configmap")
+    assert yaml.safe_load(config["data"]["artifactRepository"])["s3"]["bucket"] == "argo-artifacts"
+    server = find(docs, "Deployment", "argo-server")["spec"]["template"]["spec"]["containers"][0]
+    assert (server["image"], server["args"]) == (
+        "quay.io/argoproj/argocli:v4.0.5",
+        ["server", "--auth-mode=server"],
+    )
+    controller = find(docs, "Deployment", "workflow-controller")["spec"]["template"]["spec"]
+    assert controller["containers"][0]["image"] == "quay.io/argoproj/workflow-controller:v4.0.5"
+    assert controller["containers"][0]["args"] == [
+        "--executor-image=quay.io/argoproj/argoexec:v4.0.5"
+    ]
+
+
+def readme_cluster_steps() -> list[tuple[str, list[str]]]:
+    """README "Run it on a cluster": each numbered step's comments and commands."""
+    section = (REPO_ROOT / "README.md").read_text().split("\n## Run it on a cluster\n")[1]
+    block = section.split("\n## ")[0].split("```bash\n")[1].split("```")[0]
+    steps = []
+    for text in re.split(r"\n(?=# \d+\. )", block.strip()):
+        lines = text.splitlines()
+        comments = " ".join(line for line in lines if line.startswith("#"))
+        steps.append((comments, [line for line in lines if line and not line.startswith("#")]))
+    return steps
+
+
+def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster() -> None:
+    steps = readme_cluster_steps()
+    assert len(steps) >= 5
+    commands = [c for _, step in steps for c in step]
+    for comments, step in steps:
+        (tag,) = re.findall(r"\[(cluster(?::[^\]]*)?|tested: \S+)\]", comments)
+        if tag.startswith("tested: "):
+            test = (REPO_ROOT / tag.removeprefix("tested: ")).read_text()
+            for command in step:  # the test runs that very script
+                assert Path(command.split()[1]).name in test, (tag, command)
+    vendoring = commands.index("python configs/cluster/vendor.py")
+    applies = [i for i, c in enumerate(commands) if c.startswith("kubectl apply")]
+    assert applies and vendoring < min(applies)
+    built = {commands[i].split(" -k ")[1] for i in applies}
+    # what `builds` builds
+    assert built == {"configs/cluster/", "configs/cluster/scheduling/", "configs/cluster/trainer/"}
+    options = vendor.build_parser()._option_string_actions
+    for option in re.findall(r"vendor\.py (--[\w-]+)", (REPO_ROOT / "README.md").read_text()):
+        assert option in options, option
+    e2e = (REPO_ROOT / ".github" / "workflows" / "e2e.yml").read_text()
+    assert e2e.index("python configs/cluster/vendor.py") < e2e.index("apply --server-side -k")

@@ -1,0 +1,210 @@
+"""configs/cluster/vendor.py and vendor.lock: every upstream file configs/cluster builds from
+is locked at a pinned tag, no kustomization reaches the network, and the script refuses a
+tampered or missing file by name without writing anything."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+
+CLUSTER = REPO_ROOT / "configs" / "cluster"
+VENDOR = CLUSTER / "vendor"
+SCRIPT = CLUSTER / "vendor.py"
+MIRRORS = Path("/work/.mirror")  # bare git mirrors on the development machine, if any
+PINNED = {  # the versions README "Run it on a cluster" names
+    "argo": ("argoproj/argo-workflows", "v4.0.5"),
+    "training-operator": ("kubeflow/trainer", "v1.9.4"),
+    "trainer": ("kubeflow/trainer", "v2.3.0"),
+    "jobset": ("kubernetes-sigs/jobset", "v0.12.0"),
+    "volcano": ("volcano-sh/volcano", "v1.14.4"),
+}
+
+
+def load_vendor() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cluster_vendor", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+vendor = load_vendor()
+
+
+def kustomizations() -> list[Path]:
+    return sorted(p for p in CLUSTER.rglob("kustomization.yaml") if VENDOR not in p.parents)
+
+
+def references(path: Path) -> list[str]:
+    """What a kustomization loads: resources, components and patch files."""
+    spec = yaml.safe_load(path.read_text())
+    refs = [*spec.get("resources", []), *spec.get("components", []), *spec.get("bases", [])]
+    return refs + [p["path"] for p in spec.get("patches", []) if "path" in p]
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.parametrize("path", kustomizations(), ids=lambda p: str(p.relative_to(CLUSTER)))
+def test_no_kustomization_loads_anything_remote(path: Path) -> None:
+    for ref in references(path):
+        assert "://" not in ref and not ref.startswith(("github.com", "git@")), (path, ref)
+
+
+def test_every_vendored_path_a_kustomization_names_is_locked() -> None:
+    locked = {e.dest for e in vendor.read_lock(vendor.LOCK)}
+    used = set()
+    for path in kustomizations():
+        for ref in references(path):
+            target = Path(os.path.normpath(path.parent / ref))
+            if VENDOR in target.parents:
+                relative = target.relative_to(VENDOR).as_posix()
+                wanted = (
+                    relative if relative.endswith(".yaml") else f"{relative}/kustomization.yaml"
+                )
+                assert wanted in locked, f"{path}: {ref} is not in vendor.lock"
+                used.add(relative.split("/")[0])
+    assert used == set(PINNED), "every vendored component is built from"
+
+
+def test_the_lock_pins_the_named_releases_and_only_their_manifests() -> None:
+    entries = vendor.read_lock(vendor.LOCK)
+    assert {e.component: (e.repo, e.tag) for e in entries} == PINNED
+    assert {(p.component, p.repo, p.tag) for p in vendor.PINS} == {
+        (c, *pin) for c, pin in PINNED.items()
+    }
+    pins = {p.component: p for p in vendor.PINS}
+    for entry in entries:
+        assert vendor.wanted(pins[entry.component], entry.path), entry
+        assert len(entry.sha256) == 64 and int(entry.sha256, 16) >= 0, entry
+    assert len({e.dest for e in entries}) == len(entries)
+
+
+@pytest.mark.skipif(not MIRRORS.is_dir(), reason="no git mirrors of the upstream repositories")
+def test_the_lock_is_what_the_tags_hold(tmp_path: Path) -> None:
+    """``--update --from-git`` (the bump, offline) rewrites the committed lock unchanged."""
+    lock = tmp_path / "vendor.lock"
+    done = run_script(
+        "--update", "--from-git", str(MIRRORS), "--lock", str(lock), "--dest", str(tmp_path / "v")
+    )
+    assert done.returncode == 0, done.stderr
+    assert lock.read_text() == vendor.LOCK.read_text()
+
+
+def synthetic(tmp_path: Path) -> tuple[Path, Path]:
+    """A source tree with one file per pinned component and the lock that matches it."""
+    source, lines = tmp_path / "source", []
+    for pin in vendor.PINS:
+        path = pin.paths[0] + ("kustomization.yaml" if pin.paths[0].endswith("/") else "")
+        data = f"kind: Kustomization  # {pin.component}\n".encode()
+        (source / pin.component / path).parent.mkdir(parents=True, exist_ok=True)
+        (source / pin.component / path).write_bytes(data)
+        lines.append(
+            f"{pin.component} {pin.repo} {pin.tag} {path} {hashlib.sha256(data).hexdigest()}"
+        )
+    lock = tmp_path / "vendor.lock"
+    lock.write_text("\n".join(lines) + "\n")
+    return source, lock
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def tamper(source: Path) -> str:
+    victim = next(p for p in sorted(source.rglob("*.yaml")) if "/argo/" in p.as_posix())
+    victim.write_bytes(victim.read_bytes() + b"# changed\n")
+    return r"argo/manifests/cluster-install/kustomization\.yaml: sha256 \w+ differs"
+
+
+def remove(source: Path) -> str:
+    (source / "volcano" / "installer" / "volcano-development.yaml").unlink()
+    return r"volcano/installer/volcano-development\.yaml: missing"
+
+
+def stale_tag(lock: Path) -> str:
+    lock.write_text(lock.read_text().replace(" v4.0.5 ", " v4.0.4 "))
+    return r"does not match PINS in vendor\.py .*run --update"
+
+
+@pytest.mark.parametrize(
+    ("case", "damage"),
+    [
+        ("a tampered file", lambda source, lock: tamper(source)),
+        ("a missing file", lambda source, lock: remove(source)),
+        ("a lock of another tag", lambda source, lock: stale_tag(lock)),
+    ],
+)
+def test_a_bad_source_is_refused_by_name_and_nothing_is_written(
+    tmp_path: Path, case: str, damage: Callable[[Path, Path], str]
+) -> None:
+    source, lock = synthetic(tmp_path)
+    dest = tmp_path / "cluster" / "vendor"
+    done = run_script("--from", str(source), "--lock", str(lock), "--dest", str(dest))
+    assert done.returncode == 0, done.stderr
+    assert tree(dest) == tree(source)
+    before = tree(dest)
+    expected = damage(source, lock)
+    done = run_script("--from", str(source), "--lock", str(lock), "--dest", str(dest))
+    assert done.returncode == 1, case
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert re.search(expected, done.stderr), done.stderr
+    assert tree(dest) == before, "the vendored tree is left as it was"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["vendor"], "no temporary left"
+
+
+def test_check_names_a_vendored_file_changed_in_place(tmp_path: Path) -> None:
+    source, lock = synthetic(tmp_path)
+    dest = tmp_path / "vendor"
+    assert (
+        run_script("--from", str(source), "--lock", str(lock), "--dest", str(dest)).returncode == 0
+    )
+    assert run_script("--check", "--lock", str(lock), "--dest", str(dest)).returncode == 0
+    tamper(dest)
+    done = run_script("--check", "--lock", str(lock), "--dest", str(dest))
+    assert done.returncode == 1
+    assert "argo/manifests/cluster-install/kustomization.yaml: sha256" in done.stderr
+
+
+def test_a_tag_archive_gives_the_pinned_yaml_files_without_its_root_folder() -> None:
+    """GitHub's tag archive has one root folder (``<name>-<version>/``) and every file of the
+    tag; only the pinned folders' YAML files are kept, at their paths in the repository, and
+    none whose name climbs out of them."""
+    (pin,) = [p for p in vendor.PINS if p.component == "argo"]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name in (
+            "manifests/cluster-install/kustomization.yaml",
+            "manifests/base/crds/full/README.md",
+            "manifests/quick-start/minimal/kustomization.yaml",
+            "manifests/cluster-install/../../../outside.yaml",
+        ):
+            info = tarfile.TarInfo(f"argo-workflows-4.0.5/{name}")
+            info.size = len(name)
+            tar.addfile(info, io.BytesIO(name.encode()))
+    kept = "manifests/cluster-install/kustomization.yaml"
+    assert vendor.files_from_archive(pin, buffer.getvalue(), strip=True) == {kept: kept.encode()}
+
+
+def test_update_refuses_a_vendored_tree_as_its_source(tmp_path: Path) -> None:
+    done = run_script("--update", "--from", str(tmp_path), "--lock", str(tmp_path / "l"))
+    assert done.returncode == 2
+    assert "--update reads the tags themselves" in done.stderr
+    assert not (tmp_path / "l").exists()

@@ -43,7 +43,7 @@ from flows.local.runner import LocalRunner  # noqa: E402
 
 def step_seconds(task_dir: Path) -> tuple[float, float] | None:
     """(work, start-up) seconds from the step's summary.json; None if it reports none."""
-    for summary in sorted(task_dir.glob("outputs*/summary.json")):
+    for summary in sorted(task_dir.glob("outputs/**/summary.json")):
         data = json.loads(summary.read_text())
         if "seconds" in data:
             return float(data["seconds"]), float(data.get("startup_seconds") or 0.0)

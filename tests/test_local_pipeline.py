@@ -100,7 +100,7 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     # Each step reports its work and its start-up (benchmarks/local_overhead.py reads both).
     assert state["exit_handler"]["state"] == "Succeeded"
     for task in ("create-run", "stage", "train", "optimize", "benchmark", "onExit"):
-        found = sorted((run_dir / "tasks" / task).glob("outputs*/summary.json"))
+        found = sorted((run_dir / "tasks" / task).glob("outputs/**/summary.json"))
         summary = json.loads(found[0].read_text())
         assert summary["seconds"] > 0 and summary["startup_seconds"] > 0.05, (task, summary)
 

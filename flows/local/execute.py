@@ -152,8 +152,8 @@ class TaskExecution:
             process, document = self._process(attempt_template, task_dir)
             process.deadline_s = backoff.attempt_deadline(process.deadline_s, attempt)
             process.stdout_path = task_dir / "stdout"
-            for local_dir in process.path_map.values():  # e.g. /tmp of /tmp/result.txt
-                local_dir.mkdir(parents=True, exist_ok=True)
+            for local in process.path_map.values():  # /tmp of /tmp/result.txt is in a pod
+                local.parent.mkdir(parents=True, exist_ok=True)
             with open(log, "a") as handle:
                 handle.write(f"--- attempt {attempt + 1}: {' '.join(process.argv)}\n")
             spawned = time.perf_counter()

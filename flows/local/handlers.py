@@ -25,7 +25,7 @@ class ProcessSpec:
     env: dict[str, str]
     cwd: Path
     deadline_s: float | None = None
-    path_map: dict[str, Path] = field(default_factory=dict)  # container dir -> local dir
+    path_map: dict[str, Path] = field(default_factory=dict)  # declared output -> local path
     stdout_path: Path | None = None  # stdout alone is kept here too: Argo's outputs.result
 
 

@@ -5,7 +5,8 @@ its container with that path appended to the args (workflow/controller/operator.
 ``executeScript``, workflow/executor ``StageFiles``): ``[python]`` runs
 ``python /argo/staging/script``, ``[sh, -c]`` runs the file as a command. Locally the file is
 written to the task's directory and run with this interpreter for ``python`` and as is for
-``sh`` and ``bash``; another interpreter lives only in its image and is refused.
+``sh`` and ``bash``; another interpreter lives only in its image and is refused. Paths in
+the source that name a declared output are moved to the task's directory, as in the args.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from flows.local.checks import UnsupportedFeature, script_interpreter_problem
 from flows.local.handlers import ProcessSpec
+from flows.local.output_paths import OutputPaths
 from flows.local.tasks import container_process
 
 
@@ -27,7 +29,8 @@ def script_process(
     if problem:
         raise UnsupportedFeature(problem)
     source = task_dir / "script"
-    source.write_text(script.pop("source", ""))
+    # the source names the declared outputs as the command would (echo 1 > /tmp/n)
+    source.write_text(OutputPaths.of(template, task_dir).rewrite(script.pop("source", "")))
     source.chmod(0o755)
     script["args"] = [*script.get("args", []), str(source)]
     return container_process({**template, "container": script}, task_dir, cwd, base_env)

@@ -3,7 +3,7 @@
 A container template runs its own command and args as a subprocess; a PyTorchJob resource
 template runs its Master replica's ``pytorch`` container command with the ``PET_*``
 variables the Training Operator sets for one node. Paths a template declares for its
-outputs are given a per-task directory, as a volume mount would.
+outputs are moved to the task's directory (``flows.local.output_paths``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import yaml
 
 from flows.local.checks import UnsupportedFeature
 from flows.local.handlers import ProcessSpec
+from flows.local.output_paths import OutputPaths, missing_output
 
 # steps.common.step_cli.OUTPUTS_ENV, not imported: the runner never imports step code
 OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
@@ -82,40 +83,19 @@ def named(job: dict[str, Any], prefix: str) -> dict[str, Any]:
     return job
 
 
-def output_dirs(template: Mapping[str, Any], task_dir: Path) -> dict[str, Path]:
-    """Each directory holding a declared output path, mapped to a fresh local directory."""
-    outputs = template.get("outputs", {})
-    paths = [
-        p["valueFrom"]["path"]
-        for p in outputs.get("parameters", [])
-        if "path" in p.get("valueFrom", {})
-    ]
-    paths += [a["path"] for a in outputs.get("artifacts", [])]
-    dirs = sorted({str(PurePosixPath(p).parent) for p in paths})
-    return {d: task_dir / f"outputs{i}" for i, d in enumerate(dirs)}
-
-
-def map_paths(text: str, path_map: Mapping[str, Path]) -> str:
-    for container_dir in sorted(path_map, key=len, reverse=True):
-        text = re.sub(
-            rf"(?<![\w/]){re.escape(container_dir)}(?=/|\b|$)", str(path_map[container_dir]), text
-        )
-    return text
-
-
-def local_path(container_path: str, path_map: Mapping[str, Path]) -> Path:
-    return Path(map_paths(container_path, path_map))
-
-
 def container_process(
     template: Mapping[str, Any], task_dir: Path, cwd: Path, base_env: Mapping[str, str]
 ) -> ProcessSpec:
+    """The container's command and args with its env; the paths in them that name a
+    declared output moved to the task's directory (``flows.local.output_paths``)."""
     container = template["container"]
-    path_map = output_dirs(template, task_dir)
-    argv = [
-        map_paths(a, path_map) for a in [*container.get("command", []), *container.get("args", [])]
-    ]
-    env = {k: map_paths(v, path_map) for k, v in container_env(container, base_env).items()}
+    paths = OutputPaths.of(template, task_dir)
+    argv = [paths.rewrite(a) for a in [*container.get("command", []), *container.get("args", [])]]
+    env = container_env(container, base_env)
+    for item in container.get("env", []):  # the template's own values, not this machine's
+        if "value" in item:
+            env[item["name"]] = paths.rewrite(env[item["name"]])
+    path_map = paths.path_map(template, cwd)
     if not path_map:
         # Not set in a pod: lets a step that declares no outputs (the exit handler) leave
         # its summary.json (busy and start-up time) where benchmarks/local_overhead.py reads.
@@ -199,29 +179,36 @@ def read_outputs(
     artifact_dir: Path,
 ) -> dict[str, str]:
     """Output parameters from the files (or the resource JSON) the template declares;
-    output artifacts copied to the run directory."""
+    output artifacts copied to the run directory. ``path_map``: each declared path -> where
+    the task's process wrote it."""
     values: dict[str, str] = {}
     outputs = template.get("outputs", {})
     for parameter in outputs.get("parameters", []):
-        source = parameter.get("valueFrom", {})
+        source, name = parameter.get("valueFrom", {}), parameter["name"]
+        local = path_map.get(source["path"], Path(source["path"])) if "path" in source else None
         try:
-            if "path" in source:
-                text = local_path(source["path"], path_map).read_text()
-                values[parameter["name"]] = text[:-1] if text.endswith("\n") else text
+            if local is not None:
+                text = local.read_text()
+                values[name] = text[:-1] if text.endswith("\n") else text
             elif "jsonPath" in source and document is not None:
-                values[parameter["name"]] = json_path(document, source["jsonPath"])
+                values[name] = json_path(document, source["jsonPath"])
         except (OSError, KeyError):
-            if "default" not in source:
-                raise FileNotFoundError(f"output parameter {parameter['name']}: {source}") from None
-            values[parameter["name"]] = str(source["default"])
+            if "default" in source:
+                values[name] = str(source["default"])
+            elif local is not None:
+                what = f"output parameter {name}"
+                raise FileNotFoundError(missing_output(what, source["path"], local)) from None
+            else:
+                raise FileNotFoundError(f"output parameter {name}: {source}") from None
     for artifact in outputs.get("artifacts", []):
-        path = local_path(artifact["path"], path_map)
+        path = path_map.get(artifact["path"], Path(artifact["path"]))
         if path.exists():
             artifact_dir.mkdir(parents=True, exist_ok=True)
             target = artifact_dir / path.name
             (shutil.copytree if path.is_dir() else shutil.copyfile)(path, target)
         elif not artifact.get("optional"):
-            raise FileNotFoundError(f"output artifact {artifact['name']}: {artifact['path']}")
+            what = f"output artifact {artifact['name']}"
+            raise FileNotFoundError(missing_output(what, artifact["path"], path))
     return values
 
 

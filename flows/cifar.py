@@ -47,6 +47,12 @@ from hera.workflows import models as m
 
 from flows import parameters
 from flows.container_step import container_step
+from flows.exit_step import (
+    EXIT_HANDLER,
+    REPORT_GC,
+    RUN_ID_GLOBAL,
+    define_exit_handler,
+)
 from flows.manifests.names import APP, annotations, label_value, labels, run_root, workflow_url
 from flows.manifests.pod import (
     DATA_VOLUME,
@@ -56,23 +62,13 @@ from flows.manifests.pod import (
     config_args,
     pod_security,
 )
-from flows.train_step import delete_template, train_templates
+from flows.train_step import train_templates
 from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"
 TEMPLATE_NAME = APP  # the WorkflowTemplate every submission and schedule refers to
 ENTRYPOINT = "pipeline"
-EXIT_HANDLER = "exit-handler"  # close-run always; delete-train-job unless Succeeded
-CLOSE_RUN = "close-run"
-DELETE_JOB = "delete-train-job"
-# The report artifacts are copies of what the MLflow run holds: deleted with the workflow.
-# Pod logs (archiveLogs) follow the workflow-level strategy, none: they outlive it.
-REPORT_GC = m.ArtifactGC(strategy="OnWorkflowDeletion")
-RUN_ID_GLOBAL = "mlflow-run-id"
 RUN_URL_GLOBAL = "mlflow-run-url"
-# what close-run copies from the MLflow run (steps.tracking.PICTURES; not imported here:
-# rendering must not load mlflow)
-PICTURES = ("curves.png", "confusion_matrix.png", "benchmark.png")
 
 
 def _inp(name: str) -> str:
@@ -193,30 +189,6 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
         ],
         gpus=c.optimize_gpus,
     )
-    run_id_global = f"{{{{workflow.outputs.parameters.{RUN_ID_GLOBAL}}}}}"
-    status = ["--status", "{{workflow.status}}"]
-    stopped = ["--failures", "{{workflow.failures}}"]  # `argo stop` ends the MLflow run KILLED
-    close_run = container_step(
-        cfg,
-        name=CLOSE_RUN,
-        image="train",
-        tracking=True,
-        module="steps.tracking",
-        args=["end", "--run-id", run_id_global, *status, *link, *out_dir, *stopped],
-        # the run's pictures, which the Argo UI shows; a failed run may lack some
-        outputs=[
-            Artifact(
-                name=name.removesuffix(".png").replace("_", "-"),
-                path=f"{OUTPUTS_DIR}/{name}",
-                archive=NoneArchiveStrategy(),
-                optional=True,
-                artifact_gc=REPORT_GC,
-            )
-            for name in PICTURES
-        ],
-        settings=settings,
-    )
-
     uris = {"model-uri": f"{root}/model", "optimized-uri": f"{root}/optimized"}
     shared = {"dataset-uri": _out("stage", "dataset-uri"), "run-id": _out("create-run", "run-id")}
     with DAG(name=ENTRYPOINT):
@@ -229,12 +201,7 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
         for train_task in train_tasks:
             roots >> train_task
         train_tasks >> optimize_task >> benchmark(name="benchmark", arguments=bench_args)
-    delete_job = delete_template(cfg)
-    # A failed or stopped run's job would hold its GPUs until the workflow's TTL deletes it
-    # (the job is owned by the workflow): the exit handler deletes it now.
-    with DAG(name=EXIT_HANDLER):
-        close_run(name=CLOSE_RUN)
-        delete_job(name=DELETE_JOB, when="{{workflow.status}} != Succeeded")
+    define_exit_handler(cfg, settings, link, out_dir)
 
 
 def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:

@@ -69,8 +69,7 @@ RESOURCE_FIELDS = {
     "action", "manifest", "manifestFrom", "successCondition", "failureCondition",
     "setOwnerReference", "flags",
 }  # fmt: skip
-# The one delete a local run accepts: of the run's own training job, by Argo's workflow
-# label (an exit handler's clean-up). Locally that job was a torchrun, ended by then.
+# The one delete run here: the run's own job by Argo's workflow label (an exit handler's)
 DELETABLE_JOBS = ("pytorchjobs.kubeflow.org", "trainjobs.trainer.kubeflow.org")
 WORKFLOW_SELECTOR = "workflows.argoproj.io/workflow={{workflow.name}}"
 RETRY_FIELDS = {"limit", "backoff", "retryPolicy", "affinity", "expression"}

@@ -18,6 +18,7 @@ from flows.local.checks import UnsupportedFeature, unsupported
 from flows.local.runner import LocalRunner
 
 SELECTOR = "workflows.argoproj.io/workflow={{workflow.name}}"
+DELETABLE = "pytorchjobs.kubeflow.org"
 
 
 def workflow(delete: dict[str, Any], *, main_exit: int) -> dict[str, Any]:
@@ -111,3 +112,24 @@ def test_every_other_delete_is_refused_by_name(
     assert any(re.search(match, p) for p in unsupported(manifest)), unsupported(manifest)
     with pytest.raises(UnsupportedFeature, match=match):
         LocalRunner(manifest, tmp_path / "runs")
+
+
+def test_a_resumed_run_runs_its_exit_handler_again_whole(tmp_path: Path) -> None:
+    """A DAG exit handler's children are not kept on resume: `argo retry` deletes every
+    node under <wf>.onExit (argo-workflows v4.0.5 workflow/util/util.go
+    FormulateRetryWorkflow), so the pipeline's close-run ends the resumed MLflow run."""
+    flag = tmp_path / "ok"
+    code = f"import pathlib, sys; sys.exit(0 if pathlib.Path({str(flag)!r}).exists() else 1)"
+    delete = {"action": "delete", "flags": [DELETABLE, "--selector", SELECTOR]}
+    manifest = workflow(delete, main_exit=0)
+    manifest["spec"]["templates"][0]["container"]["command"] = [sys.executable, "-c", code]
+    handler = manifest["spec"]["templates"][2]["dag"]["tasks"]
+    handler.append({"name": "always", "template": "main"})  # exits as main does
+    first = LocalRunner(manifest, tmp_path / "runs")
+    assert first.run().status == "Failed"
+    assert first.tasks["onExit.delete-train-job"].state.value == "Succeeded"
+    flag.touch()
+    resumed = LocalRunner.resume(first.run_dir)
+    assert resumed.run().status == "Succeeded"
+    assert resumed.tasks["onExit.delete-train-job"].state.value == "Skipped"  # ran again
+    assert resumed.tasks["onExit.always"].message != "kept from the earlier run"

@@ -15,11 +15,12 @@ is tested against.
 DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob or a
 TrainJob created by a resource template, ``flows.train_step``; in the template a one-node
 ``train`` and a ``train-multinode`` PyTorchJob, picked by ``when``) -> ``optimize`` ->
-``benchmark``; the exit handler ``close-run`` ends the MLflow run with the workflow's
-status and copies the run's pictures out as artifacts. Every step gets the config as
-``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small files under
-/tmp/outputs read back as output parameters; objects live under
-``<storage.root_uri>/runs/<workflow name>``.
+``benchmark``; the exit handler runs ``close-run``, which ends the MLflow run with the
+workflow's status and copies the run's pictures out as artifacts, and, unless the workflow
+Succeeded, ``delete-train-job``. One run at a time holds the mutex ``cluster.mutex``.
+Every step gets the config as ``--set`` arguments (``flows.manifests.pod.config_args``);
+outputs are small files under /tmp/outputs read back as output parameters; objects live
+under ``<storage.root_uri>/runs/<workflow name>``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ from hera.workflows import models as m
 
 from flows import parameters
 from flows.container_step import container_step
+from flows.exit_step import (
+    EXIT_HANDLER,
+    REPORT_GC,
+    RUN_ID_GLOBAL,
+    define_exit_handler,
+)
 from flows.manifests.names import APP, annotations, label_value, labels, run_root, workflow_url
 from flows.manifests.pod import (
     DATA_VOLUME,
@@ -61,12 +68,7 @@ from steps.common.config import PipelineConfig
 GENERATE_NAME = "cifar-"
 TEMPLATE_NAME = APP  # the WorkflowTemplate every submission and schedule refers to
 ENTRYPOINT = "pipeline"
-EXIT_HANDLER = "close-run"
-RUN_ID_GLOBAL = "mlflow-run-id"
 RUN_URL_GLOBAL = "mlflow-run-url"
-# what close-run copies from the MLflow run (steps.tracking.PICTURES; not imported here:
-# rendering must not load mlflow)
-PICTURES = ("curves.png", "confusion_matrix.png", "benchmark.png")
 
 
 def _inp(name: str) -> str:
@@ -99,14 +101,18 @@ def stage_cache_key(cfg: PipelineConfig, *, parameterized: bool = False) -> str:
 
 def step_settings(cfg: PipelineConfig, *, parameterized: bool) -> list[str]:
     """The config as every step's ``--set`` arguments; parameterized, the parameters'
-    fields come from ``{{workflow.parameters.x}}`` instead of the config."""
+    fields come from ``{{workflow.parameters.x}}`` instead of the config. The config's own
+    arguments are computed whole (a field checked against a parameter's field, such as
+    cluster.elastic_min_nodes against cluster.nodes, stays valid) and the parameters'
+    fields are then left to the parameters."""
+    settings = config_args(cfg)
     if not parameterized:
-        return config_args(cfg)
-    settings = config_args(parameters.reset(cfg, STEP_SECTIONS))
-    for p in parameters.PARAMETERS:
-        if p.section in STEP_SECTIONS:
-            settings += ["--set", f"{p.field}={p.ref}"]
-    return settings
+        return settings
+    params = [p for p in parameters.PARAMETERS if p.section in STEP_SECTIONS]
+    fields = {p.field for p in params}
+    pairs = zip(settings[::2], settings[1::2], strict=True)
+    kept = [arg for pair in pairs if pair[1].split("=", 1)[0] not in fields for arg in pair]
+    return kept + [arg for p in params for arg in ("--set", f"{p.field}={p.ref}")]
 
 
 def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
@@ -173,34 +179,16 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
         settings=settings,
         inputs=["model-uri", "optimized-uri", "dataset-uri", "output-uri", "run-id"],
         outputs=[
-            Artifact(name=n, path=f"{OUTPUTS_DIR}/{f}", archive=NoneArchiveStrategy())
+            Artifact(
+                name=n,
+                path=f"{OUTPUTS_DIR}/{f}",
+                archive=NoneArchiveStrategy(),
+                artifact_gc=REPORT_GC,
+            )
             for n, f in (("report", "report.md"), ("benchmark", "benchmark.json"))
         ],
         gpus=c.optimize_gpus,
     )
-    run_id_global = f"{{{{workflow.outputs.parameters.{RUN_ID_GLOBAL}}}}}"
-    status = ["--status", "{{workflow.status}}"]
-    stopped = ["--failures", "{{workflow.failures}}"]  # `argo stop` ends the MLflow run KILLED
-    container_step(
-        cfg,
-        name=EXIT_HANDLER,
-        image="train",
-        tracking=True,
-        module="steps.tracking",
-        args=["end", "--run-id", run_id_global, *status, *link, *out_dir, *stopped],
-        # the run's pictures, which the Argo UI shows; a failed run may lack some
-        outputs=[
-            Artifact(
-                name=name.removesuffix(".png").replace("_", "-"),
-                path=f"{OUTPUTS_DIR}/{name}",
-                archive=NoneArchiveStrategy(),
-                optional=True,
-            )
-            for name in PICTURES
-        ],
-        settings=settings,
-    )
-
     uris = {"model-uri": f"{root}/model", "optimized-uri": f"{root}/optimized"}
     shared = {"dataset-uri": _out("stage", "dataset-uri"), "run-id": _out("create-run", "run-id")}
     with DAG(name=ENTRYPOINT):
@@ -213,6 +201,7 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
         for train_task in train_tasks:
             roots >> train_task
         train_tasks >> optimize_task >> benchmark(name="benchmark", arguments=bench_args)
+    define_exit_handler(cfg, settings, link, out_dir)
 
 
 def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:
@@ -233,7 +222,16 @@ def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:
             seconds_after_failure=c.ttl_after_failure_s,
         ),
         pod_gc=m.PodGC(strategy=c.pod_gc),
+        # every pod's log to the artifact repository: it outlives the workflow's TTL
+        archive_logs=True,
+        # the GC pod of the report artifacts runs as the workflow's service account; a
+        # failed GC leaves the objects, never a workflow stuck on its finalizer
+        artifact_gc=m.WorkflowLevelArtifactGC(
+            service_account_name=c.service_account, force_finalizer_removal=True
+        ),
     )
+    if c.mutex:  # a scheduled and a manual run never overlap (no ConfigMap needed)
+        spec["synchronization"] = m.Synchronization(mutexes=[m.Mutex(name=c.mutex)])
     if c.pvc:
         claim = m.PersistentVolumeClaimVolumeSource(claim_name=c.pvc)
         spec["volumes"] = [m.Volume(name=DATA_VOLUME, persistent_volume_claim=claim)]

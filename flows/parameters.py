@@ -87,19 +87,3 @@ def as_overrides(values: Mapping[str, str]) -> list[str]:
     """The ``--set`` overrides that give the config these parameter values: how a local run
     applies ``-p``, and how a submission checks a value before Argo sees it."""
     return [f"{BY_NAME[name].field}={value}" for name, value in values.items()]
-
-
-def reset(cfg: PipelineConfig, sections: Iterable[str]) -> PipelineConfig:
-    """``cfg`` with the parameters' fields of these sections back at their defaults: a
-    step's ``--set`` arguments then leave them to ``{{workflow.parameters.x}}``."""
-    base = PipelineConfig()
-    wanted = set(sections)
-    updates: dict[str, Any] = {}
-    for p in PARAMETERS:
-        section, field = p.field.split(".", 1)
-        if section in wanted:
-            current = updates.get(section, getattr(cfg, section))
-            updates[section] = current.model_copy(
-                update={field: getattr(getattr(base, section), field)}
-            )
-    return cfg.model_copy(update=updates)

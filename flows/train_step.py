@@ -27,6 +27,11 @@ ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # how argo logs finds a 
 JOB_DEADLINE_MARGIN_S = 900  # the job's own deadline fires first and says why
 MANIFEST_PATH = "/tmp/manifest.yaml"
 MULTINODE = "train-multinode"
+JOB_RESOURCES = {  # kubectl's name of each launcher's job
+    "pytorchjob": "pytorchjobs.kubeflow.org",
+    "trainjob": "trainjobs.trainer.kubeflow.org",
+}
+DELETE_DEADLINE_S = 300
 CONDITIONS = {
     "pytorchjob": (pytorchjob.SUCCESS, pytorchjob.FAILURE),
     "trainjob": (trainjob.SUCCESS, trainjob.FAILURE),
@@ -35,6 +40,22 @@ CONDITIONS = {
 
 def _inp(name: str) -> str:
     return f"{{{{inputs.parameters.{name}}}}}"
+
+
+# The job's owner, written into its manifest: Argo's setOwnerReference adds the owner only
+# to an inline ``resource.manifest`` (v4.0.5 workflow/controller/operator.go
+# executeResource), while argoexec creates a ``manifestFrom`` artifact's text as it is
+# (cmd/argoexec/commands/resource.go execResource). Written here, every job is owned
+# either way, as Argo would own it (metav1.NewControllerRef): deleting the workflow
+# (``argo delete``, its ttlStrategy) deletes the job and the job's pods.
+OWNER = {
+    "apiVersion": "argoproj.io/v1alpha1",
+    "kind": "Workflow",
+    "name": "{{workflow.name}}",
+    "uid": "{{workflow.uid}}",
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
 
 
 def job_labels(cfg: PipelineConfig) -> dict[str, str]:
@@ -53,7 +74,7 @@ def job_manifest(
     may change them (a PyTorchJob for one node, or for several: ``multinode``)."""
     args = ["-m", "steps.train", "--dataset", _inp("dataset-uri"), "--output", _inp("model-uri")]
     args += ["--mlflow-run-id", _inp("run-id"), *settings]
-    spec: dict[str, Any] = dict(args=args, env=pod_env(cfg), labels=job_labels(cfg))
+    spec: dict[str, Any] = dict(args=args, env=pod_env(cfg), labels=job_labels(cfg), owner=OWNER)
     refs = {n: parameters.ref(n) for n in ("nodes", "gpus-per-node", "nproc-per-node")}
     refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"
     if cfg.train.launcher == "trainjob":
@@ -101,8 +122,7 @@ def train_template(
     success, failure = CONDITIONS[cfg.train.launcher]
     return Resource(
         name=MULTINODE if multinode else "train",
-        action="create",
-        set_owner_reference=True,
+        action="create",  # owned through the manifest's ownerReferences (OWNER)
         success_condition=success,
         failure_condition=failure,
         inputs=inputs,
@@ -110,4 +130,24 @@ def train_template(
         outputs=[Parameter(name="job-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
         active_deadline_seconds=cfg.cluster.active_deadline_seconds + JOB_DEADLINE_MARGIN_S,
         labels={f"{APP}/step": "train"},
+    )
+
+
+def delete_template(cfg: PipelineConfig) -> Resource:
+    """The exit handler's delete of this run's training job, found by Argo's workflow label
+    (the exit handler cannot read the train step's ``job-name``; a run stopped before the
+    job existed deletes nothing).
+
+    With no manifest Argo runs ``kubectl delete --ignore-not-found <flags> -o name``
+    (v4.0.5 workflow/executor/resource.go getKubectlArguments): a job already gone is no
+    error, and a delete may carry no conditions or outputs (cmd/argoexec/commands/
+    resource.go execResource). The job's runPolicy (PyTorchJob) or JobSet (TrainJob)
+    takes its pods with it."""
+    selector = f"{ARGO_WORKFLOW_LABEL}={{{{workflow.name}}}}"
+    return Resource(
+        name="delete-train-job",
+        action="delete",
+        flags=[JOB_RESOURCES[cfg.train.launcher], "--selector", selector],
+        active_deadline_seconds=DELETE_DEADLINE_S,
+        labels={f"{APP}/step": "delete-train-job"},
     )

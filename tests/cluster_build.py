@@ -57,11 +57,22 @@ ARGO_SERVER_SECRET_VERBS = ("get", "create")
 # checkResourceState) and reads output parameters with `kubectl get`
 # (SaveResourceParameters): no list, watch, patch or delete.
 EXECUTOR_NEEDS = {("argoproj.io", "workflowtaskresults"): ("create", "patch")}
-RESOURCE_CREATE_VERBS = ("create", "get")
+# What a resource template's executor asks the API server for, by action (Argo v4.0.5
+# workflow/executor/resource.go): create -> `kubectl create`, then GETs until a condition
+# holds; delete -> `kubectl delete --ignore-not-found`, which with a --selector lists first.
+RESOURCE_VERBS = {"create": ("create", "get"), "delete": ("list", "delete")}
+# The artifact GC pod, under the account of the workflow's spec.artifactGC (Argo v4.0.5
+# docs/walk-through/artifacts.md): reads its tasks, reports on them.
+ARTIFACT_GC_NEEDS = {
+    ("argoproj.io", "workflowartifactgctasks"): ("list", "watch"),
+    ("argoproj.io", "workflowartifactgctasks/status"): ("patch",),
+}
 JOB_RESOURCES = {  # the train step's job kinds (flows/manifests): group, resource
     "PyTorchJob": ("kubeflow.org", "pytorchjobs"),
     "TrainJob": ("trainer.kubeflow.org", "trainjobs"),
 }
+# kubectl's resource.group form, as a delete's flags name the kind
+JOB_KINDS_BY_RESOURCE = {f"{r}.{g}": kind for kind, (g, r) in JOB_RESOURCES.items()}
 # Kinds without a namespace, for references; Queue is cluster-scoped in Volcano v1.14.4
 # config/crd/volcano/bases/scheduling.volcano.sh_queues.yaml (scope: Cluster).
 CLUSTER_SCOPED = {

@@ -33,7 +33,6 @@ HAND_MADE = {
     ("Secret", "mlflow", "mlflow-s3"): False,
     ("Secret", "argo", "cifar-mlflow"): True,  # "only when the MLflow server wants a token"
 }
-DEFECT_7 = pytest.mark.xfail(strict=True, reason="defect 7: fixed on branch issue-21-workflow")
 
 
 @cache
@@ -149,25 +148,42 @@ def test_the_controller_may_update_no_other_configmap() -> None:
     assert not rbac(*cb.upstream_controller_rbac()).allows(cb.CONTROLLER, request)
 
 
-def _job_kinds(cfg: PipelineConfig) -> set[str]:
-    kinds = set()
+def _resource_requests(cfg: PipelineConfig) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) the resource templates of the rendered workflow send."""
+    wanted = set()
     for doc in rendered(cfg):
+        created = {child["kind"] for child in cb.embedded(doc)}
         for template in doc["spec"]["templates"]:
-            if "resource" in template:
-                assert template["resource"]["action"] == "create", "extend the verbs table"
-        kinds |= {child["kind"] for child in cb.embedded(doc)}
-    return kinds
+            if "resource" not in template:
+                continue
+            resource = template["resource"]
+            action = resource["action"]
+            assert action in cb.RESOURCE_VERBS, f"{action}: extend the verbs table"
+            # a delete names its kind in its flags (no manifest); a create, in the manifest
+            kinds = (
+                {cb.JOB_KINDS_BY_RESOURCE[resource["flags"][0]]} if action == "delete" else created
+            )
+            for kind in kinds:
+                group, plural = cb.JOB_RESOURCES[kind]
+                wanted |= {(group, plural, verb) for verb in cb.RESOURCE_VERBS[action]}
+        if doc["spec"].get("artifactGC") or any(
+            a.get("artifactGC") for t in doc["spec"]["templates"] for a in _artifacts(t)
+        ):
+            wanted |= {(g, r, v) for (g, r), verbs in cb.ARTIFACT_GC_NEEDS.items() for v in verbs}
+    return wanted
+
+
+def _artifacts(template: dict[str, Any]) -> list[dict[str, Any]]:
+    return (template.get("outputs") or {}).get("artifacts") or []
 
 
 def needed(*names: str) -> set[tuple[str, str, str]]:
-    """What the executor does under the workflow's account, for these configs with either
-    launcher."""
+    """What the executor (and the artifact GC pod) does under the workflow's account, for
+    these configs with either launcher."""
     wanted = {(g, r, v) for (g, r), verbs in cb.EXECUTOR_NEEDS.items() for v in verbs}
     for name in names:
         for launcher in LAUNCHERS:
-            for kind in _job_kinds(config(name, launcher)):
-                group, resource = cb.JOB_RESOURCES[kind]
-                wanted |= {(group, resource, v) for v in cb.RESOURCE_CREATE_VERBS}
+            wanted |= _resource_requests(config(name, launcher))
     return wanted
 
 
@@ -217,16 +233,14 @@ def test_no_pod_reaches_the_argo_server() -> None:
 # --- what the config names exists -------------------------------------------------------
 
 
-def _cases(*, optional_check: bool = False) -> list[Any]:
-    cases = []
-    for name in CONFIGS:
-        for launcher in LAUNCHERS:
-            marks = [DEFECT_7] if optional_check and config(name).cluster.mlflow_secret else []
-            cases.append(pytest.param(name, launcher, marks=marks, id=f"{name}-{launcher}"))
-    return cases
+CASES = [
+    pytest.param(name, launcher, id=f"{name}-{launcher}")
+    for name in CONFIGS
+    for launcher in LAUNCHERS
+]
 
 
-@pytest.mark.parametrize(("name", "launcher"), _cases())
+@pytest.mark.parametrize(("name", "launcher"), CASES)
 def test_every_object_a_workflow_names_exists(name: str, launcher: str) -> None:
     known = created() | set(HAND_MADE)
     for doc in rendered(config(name, launcher)):
@@ -234,7 +248,7 @@ def test_every_object_a_workflow_names_exists(name: str, launcher: str) -> None:
         assert not missing, f"{name}: named but not created by configs/cluster: {missing}"
 
 
-@pytest.mark.parametrize(("name", "launcher"), _cases(optional_check=True))
+@pytest.mark.parametrize(("name", "launcher"), CASES)
 def test_optional_secrets_are_referenced_optional(name: str, launcher: str) -> None:
     for doc in rendered(config(name, launcher)):
         for ref in cb.references(doc):

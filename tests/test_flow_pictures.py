@@ -11,7 +11,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from flows.cifar import PICTURES, build_template, build_workflow
+from flows.cifar import build_template, build_workflow
+from flows.exit_step import PICTURES
 from steps import tracking
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT

@@ -253,7 +253,7 @@ def test_submit_sends_the_workflow_and_prints_the_links(
         "cifar-pipeline",
     )
     assert template["spec"]["entrypoint"] == "pipeline"
-    assert template["spec"]["onExit"] == "close-run"
+    assert template["spec"]["onExit"] == "exit-handler"
     wf = argo.requests[2]["body"]["workflow"]
     assert (wf["kind"], wf["metadata"]["generateName"], wf["metadata"]["namespace"]) == (
         "Workflow",

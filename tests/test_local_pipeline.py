@@ -76,6 +76,9 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     assert "truncated or not a gzip tarball" in failed.stderr  # the step's own line, from its log
     run_id = state["globals"]["workflow.outputs.parameters.mlflow-run-id"]
     assert mlflow.get_run(run_id).info.status == "FAILED"
+    # the exit handler's delete of the training job: nothing to delete here, and no error
+    assert state["exit_handler"]["state"] == "Succeeded"
+    assert state["tasks"]["onExit.delete-train-job"]["state"] == "Succeeded"
     assert f"--resume runs/{run_dir.name}" in failed.stderr
 
     # 2. Finish the upload and resume: the MLflow run is kept, staging and the rest run.
@@ -99,7 +102,8 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     assert f"mlflow-run-url: {mlflow.tracking_uri}/#/experiments/" in resumed.stderr
     # Each step reports its work and its start-up (benchmarks/local_overhead.py reads both).
     assert state["exit_handler"]["state"] == "Succeeded"
-    for task in ("create-run", "stage", "train", "optimize", "benchmark", "onExit"):
+    assert state["tasks"]["onExit.delete-train-job"]["state"] == "Skipped"  # it Succeeded
+    for task in ("create-run", "stage", "train", "optimize", "benchmark", "onExit.close-run"):
         found = sorted((run_dir / "tasks" / task).glob("outputs/**/summary.json"))
         summary = json.loads(found[0].read_text())
         assert summary["seconds"] > 0 and summary["startup_seconds"] > 0.05, (task, summary)

@@ -211,12 +211,9 @@ def test_cluster_config_reaches_every_replica() -> None:
             id="istio-allowed",
         ),
         pytest.param(
-            ["cluster.rdma=true"],
-            lambda m: (
-                pod(m)["spec"]["containers"][0]["securityContext"]["capabilities"]
-                == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
-            ),
-            id="rdma-ipc-lock",
+            ["cluster.clean_pod_policy=All"],
+            lambda m: m["spec"]["runPolicy"]["cleanPodPolicy"] == "All",
+            id="clean-all",
         ),
         pytest.param(
             ["cluster.nodes=4", "cluster.elastic_min_nodes=2"],

@@ -114,7 +114,7 @@ def _runtime_pod(cfg) -> dict[str, Any]:
 
 
 def test_the_runtime_is_torch_distributed_made_fit_for_the_pipeline() -> None:
-    cfg = load_config(SMOKE, [TRAINJOB, "cluster.pvc=cifar-data", "cluster.rdma=true"])
+    cfg = load_config(SMOKE, [TRAINJOB, "cluster.pvc=cifar-data"])
     runtime = trainjob.to_manifest(trainjob.build_runtime(cfg, {}))
     assert runtime["spec"]["mlPolicy"] == {"numNodes": 1, "torch": {}}
     assert "podGroupPolicy" not in runtime["spec"]
@@ -127,7 +127,7 @@ def test_the_runtime_is_torch_distributed_made_fit_for_the_pipeline() -> None:
         "dshm": "/dev/shm",
         "data": "/mnt/cifar",
     }
-    assert container["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"], "drop": ["ALL"]}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert spec["securityContext"]["runAsNonRoot"] and spec["securityContext"]["runAsUser"] > 0
     assert spec["automountServiceAccountToken"] is False
     assert {v["name"] for v in spec["volumes"]} == {"dshm", "data"}
@@ -156,9 +156,43 @@ def test_gang_scheduling_follows_the_scheduler(overrides, policy, annotations) -
     runtime = trainjob.to_manifest(trainjob.build_runtime(cfg, {}))
     assert runtime["spec"].get("podGroupPolicy") == policy
     job = trainjob.to_manifest(trainjob.build_trainjob(cfg, args=[], env=[], labels={}))
-    assert job["metadata"].get("annotations") == annotations
+    # Trainer v2.3.0 takes the queue from the runtime's JobSet template annotations, which a
+    # runtime patch's trainingRuntimeSpec.template.metadata overrides (pkg/runtime/core/
+    # trainingruntime.go newRuntimeInfo -> plugins/volcano/volcano.go Build); annotations
+    # on the TrainJob's own metadata are never read, and the PodGroup lands in "default"
+    (patch,) = job["spec"]["runtimePatches"]
+    template = patch["trainingRuntimeSpec"]["template"]
+    assert template.get("metadata", {}).get("annotations") == annotations
+    assert "annotations" not in job["metadata"]
     scheduler = _runtime_pod(cfg)["spec"].get("schedulerName")
     assert scheduler == cfg.cluster.scheduler_name
+
+
+@pytest.mark.parametrize(
+    ("path", "placement"),
+    [
+        pytest.param(
+            REPO_ROOT / "configs" / "cluster.yaml",
+            {
+                "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                ],
+            },
+            id="gpu-cluster",
+        ),
+        pytest.param(SMOKE, None, id="cpu-smoke"),
+    ],
+)
+def test_the_trainjob_carries_its_placement_whatever_the_runtime(path, placement) -> None:
+    """A GPU config's TrainJob lands on GPU nodes even on a runtime rendered from a CPU
+    config: its runtime patch carries the config's nodeSelector and tolerations, which a
+    v2.3.0 PodSpecPatch accepts (pkg/apis/trainer/v1alpha1/trainjob_types.go PodSpecPatch;
+    it has no priorityClassName or schedulerName: those stay the runtime's)."""
+    job = job_of(build_template(load_config(path, [TRAINJOB])).to_dict())
+    (patch,) = job["spec"]["runtimePatches"]
+    (replicated,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert replicated["template"]["spec"]["template"].get("spec") == placement
 
 
 def _matches(selector: str, obj: dict[str, Any]) -> bool:

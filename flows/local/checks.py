@@ -46,6 +46,9 @@ SPEC_IGNORED = {
     "priorityClassName", "podPriorityClassName", "archiveLogs",
     "artifactRepositoryRef", "hostNetwork", "dnsPolicy",
     "automountServiceAccountToken", "executor", "podDisruptionBudget", "schedulerName",
+    # a lock between runs, and the clean-up of a deleted workflow's artifacts: neither
+    # changes how one run ends
+    "synchronization", "artifactGC",
 }  # fmt: skip
 TEMPLATE_FIELDS = {
     "name", "container", "script", "dag", "steps", "resource", "inputs", "outputs",
@@ -64,12 +67,16 @@ TASK_FIELDS = STEP_FIELDS | {"dependencies", "depends"}
 SEQUENCE_FIELDS = {"count", "start", "end", "format"}
 RESOURCE_FIELDS = {
     "action", "manifest", "manifestFrom", "successCondition", "failureCondition",
-    "setOwnerReference",
+    "setOwnerReference", "flags",
 }  # fmt: skip
+# The one delete run here: the run's own job by Argo's workflow label (an exit handler's)
+DELETABLE_JOBS = ("pytorchjobs.kubeflow.org", "trainjobs.trainer.kubeflow.org")
+WORKFLOW_SELECTOR = "workflows.argoproj.io/workflow={{workflow.name}}"
 RETRY_FIELDS = {"limit", "backoff", "retryPolicy", "affinity", "expression"}
 BACKOFF_FIELDS = {"duration", "factor", "cap", "maxDuration"}
 PARAMETER_FIELDS = {"name", "value", "default", "valueFrom", "globalName", "description", "enum"}
 OUTPUT_ARTIFACT_FIELDS = {"name", "path", "archive", "globalName", "optional"}
+OUTPUT_ARTIFACT_IGNORED = {"artifactGC"}  # when the repository deletes it: none here
 
 
 class UnsupportedFeature(ValueError):
@@ -257,15 +264,19 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
     if "resource" in template:
         resource = template["resource"]
         problems += _extra(f"{where}.resource", resource, RESOURCE_FIELDS)
-        if resource.get("action") != "create":
+        if resource.get("action") == "delete":
+            problems += delete_problems(where, resource)
+        elif resource.get("action") != "create":
             problems.append(f"{where}.resource: action {resource.get('action')!r}")
-        text = resource.get("manifest", "")
-        if "manifestFrom" in resource:
-            name = resource["manifestFrom"].get("artifact", {}).get("name")
-            raws = {a.get("name"): a.get("raw", {}) for a in inputs.get("artifacts", [])}
-            text = raws.get(name, {}).get("data", "")
-        if not re.search(r"kind:\s*(PyTorchJob|TrainJob)\b", text):
-            problems.append(f"{where}.resource: a manifest other than a PyTorchJob or TrainJob")
+        else:
+            problems += [f"{where}.resource: flags"] if "flags" in resource else []
+            text = resource.get("manifest", "")
+            if "manifestFrom" in resource:
+                name = resource["manifestFrom"].get("artifact", {}).get("name")
+                raws = {a.get("name"): a.get("raw", {}) for a in inputs.get("artifacts", [])}
+                text = raws.get(name, {}).get("data", "")
+            if not re.search(r"kind:\s*(PyTorchJob|TrainJob)\b", text):
+                problems.append(f"{where}.resource: a manifest other than a PyTorchJob or TrainJob")
     retry = template.get("retryStrategy", {})
     problems += _extra(f"{where}.retryStrategy", retry, RETRY_FIELDS)
     if "backoff" in retry:
@@ -290,9 +301,25 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
         problems += _expr_problems(f"{where} output {parameter.get('name')}", expression)
     for artifact in template.get("outputs", {}).get("artifacts", []):
         problems += _extra(
-            f"{where} output artifact {artifact.get('name')}", artifact, OUTPUT_ARTIFACT_FIELDS
+            f"{where} output artifact {artifact.get('name')}",
+            artifact,
+            OUTPUT_ARTIFACT_FIELDS,
+            OUTPUT_ARTIFACT_IGNORED,
         )
     return problems
+
+
+def delete_problems(where: str, resource: Mapping[str, Any]) -> list[str]:
+    """A delete runs locally only as the exit handler's clean-up of the run's own training
+    job: no manifest, flags ``[<PyTorchJob or TrainJob resource>, --selector, <the
+    workflow's label>]``."""
+    flags = resource.get("flags", [])
+    rest = sorted(set(resource) - {"action", "flags"})
+    if rest or len(flags) != 3 or flags[0] not in DELETABLE_JOBS:
+        return [f"{where}.resource: a delete other than of the run's {' or '.join(DELETABLE_JOBS)}"]
+    if flags[1:] not in (["--selector", WORKFLOW_SELECTOR], ["-l", WORKFLOW_SELECTOR]):
+        return [f"{where}.resource: a delete by other than --selector {WORKFLOW_SELECTOR}"]
+    return []
 
 
 def _expr_problems(where: str, text: str | None) -> list[str]:

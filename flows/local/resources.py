@@ -1,9 +1,11 @@
 """Resource templates as local processes: a PyTorchJob (``flows.local.tasks``) or a
 Kubeflow Trainer v2 TrainJob as one ``torchrun``, the manifest inline or from an input
-artifact's ``raw.data`` (``resource.manifestFrom.artifact``)."""
+artifact's ``raw.data`` (``resource.manifestFrom.artifact``); and the exit handler's
+delete of that job, which locally has nothing left to delete."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -38,13 +40,25 @@ def manifest_text(template: Mapping[str, Any]) -> str:
 
 def resource_process(
     template: Mapping[str, Any], task_dir: Path, cwd: Path, env: Mapping[str, str]
-) -> tuple[ProcessSpec, dict]:
+) -> tuple[ProcessSpec, dict | None]:
+    if template["resource"].get("action") == "delete":
+        return delete_process(template, cwd, env), None
     text = manifest_text(template)
     job = yaml.safe_load(text)
     if job.get("kind") == "TrainJob" and job.get("apiVersion") == TRAINJOB_API:
         return trainjob_process(job, task_dir, cwd, env)
     inline = {**template, "resource": {**template["resource"], "manifest": text}}
     return pytorchjob_process(inline, task_dir, cwd, env)
+
+
+def delete_process(template: Mapping[str, Any], cwd: Path, env: Mapping[str, str]) -> ProcessSpec:
+    """``kubectl delete --ignore-not-found <job resource> --selector <workflow label>`` as
+    Argo runs it, here: the run's job was a torchrun process that has ended, so the delete
+    finds nothing and succeeds, as ``--ignore-not-found`` does (checks.delete_problems
+    refuses any other delete up front)."""
+    what = " ".join(template["resource"]["flags"])
+    message = f"delete {what}: nothing to delete (a local job ends with its torchrun)"
+    return ProcessSpec([sys.executable, "-c", f"print({message!r})"], dict(env), cwd)
 
 
 def finished_status(job: Mapping[str, Any]) -> dict[str, Any]:

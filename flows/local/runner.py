@@ -138,6 +138,10 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
         runner = cls(manifest, Path(run_dir).parent, **kwargs)
         runner.globals.update({k: v for k, v in state["globals"].items() if k != "workflow.status"})
         for name, saved in state["tasks"].items():
+            # the exit handler runs again whole, as `argo retry` deletes every node under
+            # <wf>.onExit (argo-workflows v4.0.5 workflow/util/util.go FormulateRetryWorkflow)
+            if name.split(".", 1)[0] == "onExit":
+                continue
             if TaskState(saved["state"]).done_ok:
                 record = runner.tasks.setdefault(name, TaskRecord(name, saved["template"]))
                 record.state, record.outputs = TaskState(saved["state"]), saved["outputs"]

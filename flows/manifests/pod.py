@@ -2,7 +2,8 @@
 (Secrets by reference only) and the security context.
 
 The config reaches a pod as command-line arguments: one ``--set section.field=value`` for
-each field of the step sections that differs from the defaults in ``steps/common/config/``, so a
+each field of the step sections (and ``cluster``) that differs from the defaults in
+``steps/common/config/``, so a
 step rebuilds exactly the config the flow was given, with no file in the image and no
 ConfigMap. ``config_args`` proves that by loading its own output back.
 """
@@ -21,7 +22,9 @@ from flows.manifests.names import FlowError
 from steps.common.config import ConfigError, PipelineConfig, load_config
 
 OUTPUTS_DIR = "/tmp/outputs"  # where the steps write their output parameters
-STEP_SECTIONS = ("data", "storage", "train", "optimize", "benchmark", "tracking")
+# What reaches every step as --set: the steps' own sections, and the cluster the run went
+# to, so that MLflow's params (every section, steps.train.report) describe this run.
+STEP_SECTIONS = ("data", "storage", "train", "optimize", "benchmark", "tracking", "cluster")
 DATA_VOLUME = "data"
 ISTIO_INJECT = "sidecar.istio.io/inject"  # = kubeflow.training.constants.ISTIO_SIDECAR_INJECTION
 
@@ -60,22 +63,25 @@ def config_args(cfg: PipelineConfig) -> list[str]:
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """One environment variable: a literal value, or a key of a Secret (never its value)."""
+    """One environment variable: a literal value, or a key of a Secret (never its value);
+    ``optional``: a missing Secret leaves the variable unset instead of stopping the pod in
+    CreateContainerConfigError."""
 
     name: str
     value: str | None = None
     secret: str | None = None
+    optional: bool | None = None
 
     def hera(self) -> m.EnvVar:
         if self.secret is None:
             return m.EnvVar(name=self.name, value=self.value)
-        ref = m.SecretKeySelector(name=self.secret, key=self.name)
+        ref = m.SecretKeySelector(name=self.secret, key=self.name, optional=self.optional)
         return m.EnvVar(name=self.name, value_from=m.EnvVarSource(secret_key_ref=ref))
 
     def k8s(self) -> k8s.V1EnvVar:
         if self.secret is None:
             return k8s.V1EnvVar(name=self.name, value=self.value)
-        ref = k8s.V1SecretKeySelector(name=self.secret, key=self.name)
+        ref = k8s.V1SecretKeySelector(name=self.secret, key=self.name, optional=self.optional)
         return k8s.V1EnvVar(name=self.name, value_from=k8s.V1EnvVarSource(secret_key_ref=ref))
 
 
@@ -85,10 +91,13 @@ def uses_s3(cfg: PipelineConfig) -> bool:
 
 def pod_env(cfg: PipelineConfig) -> list[EnvSpec]:
     """The environment of every step pod: MLflow and S3 endpoints, and Secret references
-    (S3 keys only where some URI is s3://, the MLflow token only with cluster.mlflow_secret)."""
+    (S3 keys only where some URI is s3://, the MLflow token only with cluster.mlflow_secret).
+    The token's Secret is optional: an MLflow server that wants no token (the one
+    configs/cluster deploys) needs no Secret, and the pods start without it."""
     env = [EnvSpec("PYTHONUNBUFFERED", "1"), EnvSpec("MLFLOW_TRACKING_URI", cfg.tracking.uri)]
     if cfg.cluster.mlflow_secret:
-        env.append(EnvSpec("MLFLOW_TRACKING_TOKEN", secret=cfg.cluster.mlflow_secret))
+        token = EnvSpec("MLFLOW_TRACKING_TOKEN", secret=cfg.cluster.mlflow_secret, optional=True)
+        env.append(token)
     if uses_s3(cfg):
         env += [
             EnvSpec("AWS_ACCESS_KEY_ID", secret=cfg.cluster.s3_secret),
@@ -101,16 +110,16 @@ def pod_env(cfg: PipelineConfig) -> list[EnvSpec]:
     return env
 
 
-def container_security(cfg: PipelineConfig, *, rdma: bool = False) -> dict[str, Any]:
-    """Container securityContext (Kubernetes JSON): no root, no escalation, no capabilities
-    but IPC_LOCK for the training pods where RDMA (``cluster.rdma``) needs to pin memory."""
-    capabilities: dict[str, list[str]] = {"drop": ["ALL"]}
-    if rdma and cfg.cluster.rdma:
-        capabilities["add"] = ["IPC_LOCK"]
+def container_security(cfg: PipelineConfig) -> dict[str, Any]:
+    """Container securityContext (Kubernetes JSON): no root, no escalation, no capabilities.
+
+    No IPC_LOCK for RDMA either: a capability added to a container that runs as a non-root
+    uid is not in its effective set (kubernetes/kubernetes#56374), so it would pin no
+    memory; ``cluster.rdma`` is refused by the config for that reason."""
     return {
         "allowPrivilegeEscalation": False,
         "runAsNonRoot": True,
-        "capabilities": capabilities,
+        "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 

@@ -39,7 +39,16 @@ GENERATED_SUFFIX = 5  # characters the API server appends to metadata.generateNa
 SHM_VOLUME = "dshm"
 GPU = "nvidia.com/gpu"
 SUCCESS = "status.replicaStatuses.Master.succeeded > 0"  # the step ends with the Master
-FAILURE = "status.replicaStatuses.Master.failed > 0"
+# The job's Failed condition, wherever it lands in status.conditions. Under OnFailure a
+# failing pod restarts in place and never reaches phase Failed, so replicaStatuses never
+# count a failure: the operator marks the job Failed past its backoff limit or deadline
+# (Training Operator v1.9.4 pkg/controller.v1/common/job.go ReconcileJobs). It appends the
+# condition after Created and at most one of Running/Restarting (and Suspended, if ever
+# suspended): pkg/util/status.go setCondition/filterOutCondition. Argo fails the step when
+# ANY failure requirement holds (v4.0.5 workflow/executor/resource.go matchConditions), so
+# the comma here is an "or".
+FAILED_AT = range(4)
+FAILURE = ", ".join(f"status.conditions.{i}.type == Failed" for i in FAILED_AT)
 RESTART_POLICY = "OnFailure"  # a restarted pod resumes from the newest checkpoint
 
 
@@ -86,7 +95,7 @@ def _quantities(cfg: PipelineConfig) -> k8s.V1ResourceRequirements:
 
 
 def _security(cfg: PipelineConfig) -> k8s.V1SecurityContext:
-    spec = container_security(cfg, rdma=True)
+    spec = container_security(cfg)
     return k8s.V1SecurityContext(
         allow_privilege_escalation=spec["allowPrivilegeEscalation"],
         run_as_non_root=spec["runAsNonRoot"],
@@ -204,9 +213,30 @@ def build_elastic_policy(cfg: PipelineConfig) -> kf.KubeflowOrgV1ElasticPolicy |
     )
 
 
+def _owner(owner: dict[str, Any] | None) -> list[k8s.V1OwnerReference] | None:
+    if owner is None:
+        return None
+    return [
+        k8s.V1OwnerReference(
+            api_version=owner["apiVersion"],
+            kind=owner["kind"],
+            name=owner["name"],
+            uid=owner["uid"],
+            controller=owner["controller"],
+            block_owner_deletion=owner["blockOwnerDeletion"],
+        )
+    ]
+
+
 def build_pytorchjob(
-    cfg: PipelineConfig, *, args: list[str], env: list[EnvSpec], labels: dict[str, str]
+    cfg: PipelineConfig,
+    *,
+    args: list[str],
+    env: list[EnvSpec],
+    labels: dict[str, str],
+    owner: dict[str, Any] | None = None,
 ) -> kf.KubeflowOrgV1PyTorchJob:
+    """``owner``: the job's ownerReference (its workflow), as Kubernetes JSON."""
     counts = replica_counts(cfg)
     container = build_container(cfg, image=cfg.images.image("train"), args=args, env=env)
     template = build_pod_template(cfg, container, labels)
@@ -222,6 +252,7 @@ def build_pytorchjob(
         metadata=k8s.V1ObjectMeta(
             generate_name=generate_name(cfg.cluster.job_name_prefix, counts),
             labels=dict(labels),
+            owner_references=_owner(owner),
         ),
         spec=kf.KubeflowOrgV1PyTorchJobSpec(
             pytorch_replica_specs=replicas,
@@ -248,6 +279,7 @@ def parameterized_manifest(
     labels: dict[str, str],
     refs: dict[str, str],
     multinode: bool,
+    owner: dict[str, Any] | None = None,
 ) -> str:
     """The job as YAML text whose size follows Argo parameters: ``refs`` maps ``nodes``,
     ``workers`` (an integer expression: nodes - 1), ``gpus-per-node`` and ``nproc-per-node``
@@ -262,7 +294,7 @@ def parameterized_manifest(
     if not multinode:
         size.update(nodes=1, elastic_min_nodes=None)
     planned = cfg.model_copy(update={"cluster": c.model_copy(update=size)})
-    job = to_manifest(build_pytorchjob(planned, args=args, env=env, labels=labels))
+    job = to_manifest(build_pytorchjob(planned, args=args, env=env, labels=labels, owner=owner))
     spec = job["spec"]
     if multinode:
         specs = spec["pytorchReplicaSpecs"]

@@ -85,7 +85,7 @@ def runtime_pod(cfg: PipelineConfig) -> dict[str, Any]:
         "image": cfg.images.image("train"),
         "imagePullPolicy": cfg.images.pull_policy,
         "volumeMounts": mounts,
-        "securityContext": container_security(cfg, rdma=True),
+        "securityContext": container_security(cfg),
     }
     spec: dict[str, Any] = {
         "containers": [container],
@@ -153,6 +153,31 @@ def _resources(cfg: PipelineConfig, gpus: str) -> dict[str, Any]:
     return {"requests": requests, "limits": limits}
 
 
+def runtime_patch(cfg: PipelineConfig, labels: dict[str, str]) -> tm.TrainerV1alpha1RuntimePatch:
+    """What the TrainJob lays over the runtime, whatever the runtime holds: the pods'
+    labels (``argo logs`` finds every rank), the config's node placement (a GPU config's
+    pods land on its GPU nodes even on a CPU runtime), and the Volcano queue.
+
+    Trainer v2.3.0 reads the queue only from the runtime's JobSet template annotations or a
+    patch's ``trainingRuntimeSpec.template.metadata.annotations``, never from the TrainJob's
+    own metadata (pkg/runtime/core/trainingruntime.go newRuntimeInfo; plugins/volcano
+    Build). A PodSpecPatch takes nodeSelector and tolerations but no priorityClassName or
+    schedulerName (pkg/apis/trainer/v1alpha1/trainjob_types.go PodSpecPatch): those stay
+    the runtime's."""
+    c = cfg.cluster
+    pod: dict[str, Any] = {"metadata": {"labels": dict(labels)}}
+    placement = {"nodeSelector": dict(c.node_selector), "tolerations": list(c.tolerations)}
+    if any(placement.values()):
+        pod["spec"] = {k: v for k, v in placement.items() if v}
+    replicated = {"name": NODE, "template": {"spec": {"template": pod}}}
+    template: dict[str, Any] = {"spec": {"replicatedJobs": [replicated]}}
+    if c.queue and c.scheduler_name == "volcano":
+        template["metadata"] = {"annotations": {VOLCANO_QUEUE: c.queue}}
+    return tm.TrainerV1alpha1RuntimePatch.from_dict(
+        {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": template}}
+    )
+
+
 def build_trainjob(
     cfg: PipelineConfig,
     *,
@@ -162,8 +187,10 @@ def build_trainjob(
     nodes: int | str | None = None,
     nproc: int | str | None = None,
     gpus: str | None = None,
+    owner: dict[str, Any] | None = None,
 ) -> tm.TrainerV1alpha1TrainJob:
-    """The TrainJob; ``nodes``, ``nproc`` and ``gpus`` default to the config's values."""
+    """The TrainJob; ``nodes``, ``nproc`` and ``gpus`` default to the config's values;
+    ``owner``: its ownerReference (the workflow), as Kubernetes JSON."""
     c = cfg.cluster
     nccl = [EnvSpec(name, value) for name, value in sorted(c.nccl_env.items())]
     trainer = tm.TrainerV1alpha1Trainer.from_dict(
@@ -177,30 +204,14 @@ def build_trainjob(
             "resourcesPerNode": _resources(cfg, str(c.gpus_per_node) if gpus is None else gpus),
         }
     )
-    pod_labels = {"metadata": {"labels": dict(labels)}}
-    patch = tm.TrainerV1alpha1RuntimePatch.from_dict(
-        {
-            "manager": PATCH_MANAGER,
-            "trainingRuntimeSpec": {
-                "template": {
-                    "spec": {
-                        "replicatedJobs": [
-                            {"name": NODE, "template": {"spec": {"template": pod_labels}}}
-                        ]
-                    }
-                }
-            },
-        }
-    )
-    # Trainer's Volcano plugin reads the queue of the PodGroup from this annotation
-    queue = {VOLCANO_QUEUE: c.queue} if c.queue and c.scheduler_name == "volcano" else None
+    owners = [tm.IoK8sApimachineryPkgApisMetaV1OwnerReference.from_dict(owner)] if owner else None
     return tm.TrainerV1alpha1TrainJob(
         api_version=API_VERSION,
         kind="TrainJob",
         metadata=tm.IoK8sApimachineryPkgApisMetaV1ObjectMeta(
             generate_name=f"{dns1035(c.job_name_prefix, NAME_BUDGET)}-",
             labels=dict(labels),
-            annotations=queue,
+            owner_references=owners,
         ),
         spec=tm.TrainerV1alpha1TrainJobSpec(
             runtime_ref=tm.TrainerV1alpha1RuntimeRef(
@@ -209,7 +220,7 @@ def build_trainjob(
                 kind="ClusterTrainingRuntime",
             ),
             trainer=trainer,
-            runtime_patches=[patch],
+            runtime_patches=[runtime_patch(cfg, labels)],
             active_deadline_seconds=c.active_deadline_seconds,
         ),
     )
@@ -229,11 +240,14 @@ def parameterized_manifest(
     env: list[EnvSpec],
     labels: dict[str, str],
     refs: dict[str, str],
+    owner: dict[str, Any] | None = None,
 ) -> str:
     """The TrainJob as YAML text whose size follows Argo parameters (``refs``: ``nodes``,
     ``nproc-per-node``, ``gpus-per-node``); GPU requests always set (``"0"`` asks none)."""
     processes_per_node(cfg)  # refuses more processes than GPUs in the config itself
-    job = build_trainjob(cfg, args=args, env=env, labels=labels, nodes=1, nproc=1, gpus="1")
+    job = build_trainjob(
+        cfg, args=args, env=env, labels=labels, nodes=1, nproc=1, gpus="1", owner=owner
+    )
     data = to_manifest(job)
     trainer = data["spec"]["trainer"]
     trainer["numNodes"], trainer["numProcPerNode"] = sentinel("nodes"), sentinel("nproc-per-node")

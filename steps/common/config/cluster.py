@@ -41,13 +41,17 @@ class ClusterConfig(Section):
     node_selector: dict[str, str] = Field(default_factory=dict, description="pod nodeSelector")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="tolerations")
     nccl_env: dict[str, str] = Field(default_factory=dict, description="NCCL_* variables")
-    rdma: bool = Field(False, description="RDMA interconnect: adds the IPC_LOCK capability")
+    rdma: bool = Field(
+        False, description="refused: IPC_LOCK has no effect for a non-root uid (see README)"
+    )
     istio_inject: bool = Field(False, description="allow an Istio sidecar in job pods")
     scheduler_name: str | None = Field(None, description="pod schedulerName, e.g. volcano")
     queue: str | None = Field(None, description="Volcano queue for gang scheduling")
     priority_class: str | None = Field(None, description="gang scheduling priorityClass")
     min_available: int | None = Field(None, ge=1, description="gang size; default: all pods")
-    clean_pod_policy: Literal["None", "Running", "All"] = Field("None", description="pods kept")
+    clean_pod_policy: Literal["None", "Running", "All"] = Field(
+        "Running", description="pods the operator deletes when the job ends (Running frees GPUs)"
+    )
     backoff_limit: int = Field(3, ge=0, description="PyTorchJob restarts before failing")
     active_deadline_seconds: int = Field(6 * 3600, ge=60, description="job time limit")
     ttl_seconds_after_finished: int = Field(24 * 3600, ge=0, description="job kept this long")
@@ -80,6 +84,9 @@ class ClusterConfig(Section):
     pod_gc: Literal[
         "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion", "OnWorkflowSuccess"
     ] = Field("OnWorkflowSuccess", description="when Argo deletes finished pods")
+    mutex: str | None = Field(
+        "cifar-pipeline", description="Argo mutex: one run at a time per namespace (null: none)"
+    )
     ttl_after_success_s: int = Field(24 * 3600, ge=0, description="succeeded workflow kept")
     ttl_after_failure_s: int = Field(7 * 24 * 3600, ge=0, description="failed workflow kept")
     poll_interval_s: float = Field(10.0, gt=0, description="--wait: seconds between polls")
@@ -92,6 +99,19 @@ class ClusterConfig(Section):
             unknown = sorted(set(item) - allowed)
             if unknown:
                 raise ValueError(f"[{i}] has {unknown}; allowed keys: {sorted(allowed)}")
+        return value
+
+    @field_validator("rdma")
+    @classmethod
+    def _no_rdma_capability(cls, value: bool) -> bool:
+        # Every pod runs as run_as_user (>= 1): a capability added to a non-root container
+        # is not effective (kubernetes/kubernetes#56374), so IPC_LOCK could pin no memory.
+        if value:
+            raise ValueError(
+                "IPC_LOCK has no effect in a non-root container (kubernetes#56374) and every "
+                "pod runs as cluster.run_as_user; give RDMA pods unlimited memlock through the "
+                "node's container runtime and the RDMA device plugin, and leave rdma false"
+            )
         return value
 
     @model_validator(mode="after")

@@ -22,6 +22,7 @@ from steps.common.config.sections import (
     TrackingConfig,
     TrainConfig,
 )
+from steps.common.config.serving import ServingConfig
 
 __all__ = [
     "CIFAR10_MD5",
@@ -36,6 +37,7 @@ __all__ = [
     "OptimizeConfig",
     "PipelineConfig",
     "ScheduleConfig",
+    "ServingConfig",
     "StorageConfig",
     "TrackingConfig",
     "TrainConfig",

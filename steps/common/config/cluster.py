@@ -133,7 +133,7 @@ class ImagesConfig(Section):
         "IfNotPresent", description="imagePullPolicy of every step"
     )
 
-    def image(self, step: Literal["data", "train", "optimize"]) -> str:
+    def image(self, step: Literal["data", "train", "optimize", "serve"]) -> str:
         return f"{self.registry}/cifar-{step}:{self.tag}"
 
 

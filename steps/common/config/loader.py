@@ -25,6 +25,7 @@ from steps.common.config.sections import (
     TrackingConfig,
     TrainConfig,
 )
+from steps.common.config.serving import ServingConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CONFIG_PATH = REPO_ROOT / "configs" / "local.yaml"
@@ -44,6 +45,7 @@ class PipelineConfig(Section):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     images: ImagesConfig = Field(default_factory=ImagesConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    serving: ServingConfig = Field(default_factory=ServingConfig)
 
 
 def _parse_override(text: str) -> tuple[list[str], Any]:

@@ -1,0 +1,63 @@
+"""The ``serving`` section: where the champion is served (a KServe InferenceService on the
+cluster, a local process here), how the server batches, and what the live check sends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from steps.common.config.fields import KubeName, Quantity, Section
+
+
+class ServingConfig(Section):
+    enabled: bool = Field(
+        True, description="deploy the champion and check it live when the benchmark moved it"
+    )
+    name: KubeName = Field("cifar10-classifier", description="InferenceService name")
+    min_replicas: int = Field(1, ge=0, description="predictor replicas at least (0: scale to 0)")
+    max_replicas: int = Field(1, ge=1, description="predictor replicas at most")
+    cpu: Quantity = Field("1", description="CPU request of a predictor pod")
+    memory: Quantity = Field("2Gi", description="memory request and limit of a predictor pod")
+    gpus: int = Field(0, ge=0, description="nvidia.com/gpu of a predictor pod (0: none)")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="nodeSelector of the predictor pods"
+    )
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list, description="tolerations of the predictor pods"
+    )
+    port: int = Field(8080, ge=1, le=65535, description="port the server listens on")
+    max_batch: int = Field(
+        64, ge=1, description="images the server runs at once, concurrent requests batched"
+    )
+    max_delay_ms: float = Field(
+        2.0, ge=0, description="how long a request waits for others to batch with it"
+    )
+    max_request_images: int = Field(
+        1024, ge=1, description="images one request may carry; more is refused (413)"
+    )
+    check_concurrency: list[int] = Field(
+        default_factory=lambda: [1, 8], description="concurrent clients the live check uses"
+    )
+    check_samples: int | None = Field(
+        None, ge=1, description="test images the live check sends; null: the whole test split"
+    )
+    ready_timeout_s: float = Field(
+        600.0, gt=0, description="how long the deployment may take to become ready"
+    )
+
+    @field_validator("check_concurrency")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if not value or any(c < 1 for c in value):
+            raise ValueError(f"{value}: give one or more concurrencies, each at least 1")
+        return value
+
+    @model_validator(mode="after")
+    def _replicas(self) -> ServingConfig:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"serving.max_replicas {self.max_replicas} < serving.min_replicas "
+                f"{self.min_replicas}"
+            )
+        return self

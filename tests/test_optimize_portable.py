@@ -134,7 +134,14 @@ def test_portable_files_reload_without_torch_or_steps(bundle: Bundle, tmp_path: 
     assert done.returncode == 0, done.stderr
     with torch.no_grad():
         expected = trained.model(x)
+    scale = (expected.max() - expected.min()).item()
     for name, logits in json.loads(done.stdout).items():
         logits = torch.tensor(logits)
-        limit = 1e-3 if built[name]["precision"] == "fp32" else 0.5
-        assert (logits - expected).abs().max().item() <= limit, name
+        error = (logits - expected).abs().max().item()
+        if built[name]["precision"] == "fp32":
+            assert error <= 1e-3, name
+        else:
+            # INT8 error depends on the CPU's int8 kernels (AMX, VNNI, plain AVX2 round
+            # differently): the classes must be the same, the logits within 10% of their range
+            assert torch.equal(logits.argmax(1), expected.argmax(1)), name
+            assert error <= 0.1 * scale, (name, error, scale)

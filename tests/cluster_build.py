@@ -58,9 +58,18 @@ ARGO_SERVER_SECRET_VERBS = ("get", "create")
 # (SaveResourceParameters): no list, watch, patch or delete.
 EXECUTOR_NEEDS = {("argoproj.io", "workflowtaskresults"): ("create", "patch")}
 # What a resource template's executor asks the API server for, by action (Argo v4.0.5
-# workflow/executor/resource.go): create -> `kubectl create`, then GETs until a condition
-# holds; delete -> `kubectl delete --ignore-not-found`, which with a --selector lists first.
-RESOURCE_VERBS = {"create": ("create", "get"), "delete": ("list", "delete")}
+# workflow/executor/resource.go): create -> `kubectl create -f`, then GETs until a
+# condition holds and `kubectl get` for outputs; apply -> `kubectl apply -f` (client-side:
+# GET the object, then create it or PATCH it), then the same GETs; delete ->
+# `kubectl delete --ignore-not-found <flags>`, which with a --selector lists first and by
+# name deletes at once (its wait for the object to go is skipped when Forbidden: kubectl
+# pkg/cmd/delete/delete.go DeleteResult).
+RESOURCE_VERBS = {
+    "create": ("create", "get"),
+    "apply": ("get", "create", "patch"),
+    "delete": ("list", "delete"),
+    "delete-by-name": ("delete",),
+}
 # The artifact GC pod, under the account of the workflow's spec.artifactGC (Argo v4.0.5
 # docs/walk-through/artifacts.md): reads its tasks, reports on them.
 ARTIFACT_GC_NEEDS = {
@@ -71,8 +80,10 @@ JOB_RESOURCES = {  # the train step's job kinds (flows/manifests): group, resour
     "PyTorchJob": ("kubeflow.org", "pytorchjobs"),
     "TrainJob": ("trainer.kubeflow.org", "trainjobs"),
 }
+# every kind a resource template acts on: the jobs and the champion's InferenceService
+RESOURCES = {**JOB_RESOURCES, "InferenceService": ("serving.kserve.io", "inferenceservices")}
 # kubectl's resource.group form, as a delete's flags name the kind
-JOB_KINDS_BY_RESOURCE = {f"{r}.{g}": kind for kind, (g, r) in JOB_RESOURCES.items()}
+KINDS_BY_RESOURCE = {f"{r}.{g}": kind for kind, (g, r) in RESOURCES.items()}
 # Kinds without a namespace, for references; Queue is cluster-scoped in Volcano v1.14.4
 # config/crd/volcano/bases/scheduling.volcano.sh_queues.yaml (scope: Cluster).
 CLUSTER_SCOPED = {
@@ -275,18 +286,24 @@ def _manifest(text: str) -> dict[str, Any]:
     return yaml.safe_load(re.sub(r"\{\{[^}]*\}\}", "0", text))
 
 
+def template_manifest(template: dict[str, Any]) -> dict[str, Any] | None:
+    """The object a resource template acts on (inline or manifestFrom; None: flags only)."""
+    resource = template.get("resource") or {}
+    if "manifest" in resource:
+        return _manifest(resource["manifest"])
+    wanted = (resource.get("manifestFrom") or {}).get("artifact", {}).get("name")
+    for artifact in template.get("inputs", {}).get("artifacts", []):
+        if artifact["name"] == wanted:
+            return _manifest(artifact["raw"]["data"])
+    return None
+
+
 def embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The objects a Workflow's resource templates create (inline or manifestFrom)."""
+    """The objects a Workflow's resource templates create or apply."""
     for template in doc.get("spec", {}).get("templates", []):
-        resource = template.get("resource")
-        if not resource:
-            continue
-        if "manifest" in resource:
-            yield _manifest(resource["manifest"])
-        wanted = (resource.get("manifestFrom") or {}).get("artifact", {}).get("name")
-        for artifact in template.get("inputs", {}).get("artifacts", []):
-            if artifact["name"] == wanted:
-                yield _manifest(artifact["raw"]["data"])
+        found = template_manifest(template)
+        if found is not None:
+            yield found
 
 
 def references(doc: dict[str, Any], namespace: str | None = None) -> set[Ref]:

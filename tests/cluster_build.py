@@ -27,6 +27,7 @@ from tests.k8s_rbac import ServiceAccount
 CLUSTER = REPO_ROOT / "configs" / "cluster"
 LAYERS = (
     "argo", "training-operator", "seaweedfs", "mlflow", "pipeline", "scheduling", "trainer",
+    "kserve",
 )  # fmt: skip
 
 # Argo Workflows v4.0.5, manifests/base/workflow-controller/workflow-controller-sa.yaml and
@@ -161,7 +162,15 @@ def own_patches() -> list[dict[str, Any]]:
 
 SHARED_VENDOR = SHARED / "vendor" / "cluster"  # CI's copy, from the steering repository
 POPULATE = "python configs/cluster/vendor.py (network) or --from DIR"
-BUILT_LAYERS = {"cluster": ".", "scheduling": "scheduling", "trainer": "trainer"}
+BUILT_LAYERS = {
+    "cluster": ".",
+    "scheduling": "scheduling",
+    "trainer": "trainer",
+    "kserve": "kserve",
+}
+# cert-manager's CRDs at the pinned tag: not applied (cert-manager installs from its
+# release's manifest), read to check the Certificate and Issuer KServe's install makes
+CERT_MANAGER_CRDS = "cert-manager-crds"
 
 
 def vendor_source() -> Path | None:
@@ -196,7 +205,12 @@ def vendored_builds() -> dict[str, tuple[dict[str, Any], ...]] | None:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        return {name: tuple(kustomize(copy / path)) for name, path in BUILT_LAYERS.items()}
+        found = {name: tuple(kustomize(copy / path)) for name, path in BUILT_LAYERS.items()}
+        crds = sorted((copy / "vendor" / "cert-manager" / "deploy" / "crds").glob("*.yaml"))
+        found[CERT_MANAGER_CRDS] = tuple(
+            d for f in crds for d in yaml.load_all(f.read_text(), Loader=yaml.CSafeLoader) if d
+        )
+        return found
 
 
 def vendored_objects() -> tuple[dict[str, Any], ...] | None:

@@ -364,3 +364,33 @@ def test_the_serving_pods_name_only_hand_made_secrets(name: str) -> None:
     assert found == wanted and found <= set(HAND_MADE), found
     if name in ("cluster", "kind"):  # S3 on the cluster: the keys come from cifar-s3
         assert ("Secret", cfg.cluster.namespace, "cifar-s3") in found
+
+
+# kserve v0.19.0 config/rbac/service_account.yaml and role.yaml (ClusterRole
+# kserve-manager-role, bound by role_binding.yaml): what its controller does in the
+# service's namespace for a Standard-mode InferenceService (controller.go Reconcile: the
+# finalizer, the status; reconcilers/raw: the predictor's Deployment and Service, an HPA
+# when its replicas may vary; PropagateModelStatus lists the pods).
+KSERVE_CONTROLLER = ServiceAccount("kserve", "kserve-controller-manager")
+KSERVE_NEEDS = [
+    ("serving.kserve.io", "inferenceservices", "patch"),
+    ("serving.kserve.io", "inferenceservices/status", "update"),
+    ("apps", "deployments", "create"),
+    ("apps", "deployments", "update"),
+    ("", "services", "create"),
+    ("autoscaling", "horizontalpodautoscalers", "create"),
+    ("", "pods", "list"),
+]
+
+
+@pytest.mark.parametrize(("group", "resource", "verb"), KSERVE_NEEDS)
+def test_kserve_may_run_the_service_where_the_workflow_applies_it(
+    group: str, resource: str, verb: str
+) -> None:
+    upstream = cb.vendored_objects()
+    if upstream is None:
+        pytest.skip(f"no vendored upstream manifests: {cb.POPULATE}")
+    namespace = PipelineConfig().cluster.namespace  # serving.name lives in cluster.namespace
+    name = None if verb in ("create", "list") else "cifar10-classifier"
+    request = Request(verb, group, resource, namespace, name)
+    assert Rbac([*upstream, *own()]).allows(KSERVE_CONTROLLER, request), request

@@ -27,6 +27,7 @@ from tests.k8s_rbac import ServiceAccount
 CLUSTER = REPO_ROOT / "configs" / "cluster"
 LAYERS = (
     "argo", "training-operator", "seaweedfs", "mlflow", "pipeline", "scheduling", "trainer",
+    "kserve",
 )  # fmt: skip
 
 # Argo Workflows v4.0.5, manifests/base/workflow-controller/workflow-controller-sa.yaml and
@@ -58,9 +59,18 @@ ARGO_SERVER_SECRET_VERBS = ("get", "create")
 # (SaveResourceParameters): no list, watch, patch or delete.
 EXECUTOR_NEEDS = {("argoproj.io", "workflowtaskresults"): ("create", "patch")}
 # What a resource template's executor asks the API server for, by action (Argo v4.0.5
-# workflow/executor/resource.go): create -> `kubectl create`, then GETs until a condition
-# holds; delete -> `kubectl delete --ignore-not-found`, which with a --selector lists first.
-RESOURCE_VERBS = {"create": ("create", "get"), "delete": ("list", "delete")}
+# workflow/executor/resource.go): create -> `kubectl create -f`, then GETs until a
+# condition holds and `kubectl get` for outputs; apply -> `kubectl apply -f` (client-side:
+# GET the object, then create it or PATCH it), then the same GETs; delete ->
+# `kubectl delete --ignore-not-found <flags>`, which with a --selector lists first and by
+# name deletes at once (its wait for the object to go is skipped when Forbidden: kubectl
+# pkg/cmd/delete/delete.go DeleteResult).
+RESOURCE_VERBS = {
+    "create": ("create", "get"),
+    "apply": ("get", "create", "patch"),
+    "delete": ("list", "delete"),
+    "delete-by-name": ("delete",),
+}
 # The artifact GC pod, under the account of the workflow's spec.artifactGC (Argo v4.0.5
 # docs/walk-through/artifacts.md): reads its tasks, reports on them.
 ARTIFACT_GC_NEEDS = {
@@ -71,8 +81,10 @@ JOB_RESOURCES = {  # the train step's job kinds (flows/manifests): group, resour
     "PyTorchJob": ("kubeflow.org", "pytorchjobs"),
     "TrainJob": ("trainer.kubeflow.org", "trainjobs"),
 }
+# every kind a resource template acts on: the jobs and the champion's InferenceService
+RESOURCES = {**JOB_RESOURCES, "InferenceService": ("serving.kserve.io", "inferenceservices")}
 # kubectl's resource.group form, as a delete's flags name the kind
-JOB_KINDS_BY_RESOURCE = {f"{r}.{g}": kind for kind, (g, r) in JOB_RESOURCES.items()}
+KINDS_BY_RESOURCE = {f"{r}.{g}": kind for kind, (g, r) in RESOURCES.items()}
 # Kinds without a namespace, for references; Queue is cluster-scoped in Volcano v1.14.4
 # config/crd/volcano/bases/scheduling.volcano.sh_queues.yaml (scope: Cluster).
 CLUSTER_SCOPED = {
@@ -150,7 +162,15 @@ def own_patches() -> list[dict[str, Any]]:
 
 SHARED_VENDOR = SHARED / "vendor" / "cluster"  # CI's copy, from the steering repository
 POPULATE = "python configs/cluster/vendor.py (network) or --from DIR"
-BUILT_LAYERS = {"cluster": ".", "scheduling": "scheduling", "trainer": "trainer"}
+BUILT_LAYERS = {
+    "cluster": ".",
+    "scheduling": "scheduling",
+    "trainer": "trainer",
+    "kserve": "kserve",
+}
+# cert-manager's CRDs at the pinned tag: not applied (cert-manager installs from its
+# release's manifest), read to check the Certificate and Issuer KServe's install makes
+CERT_MANAGER_CRDS = "cert-manager-crds"
 
 
 def vendor_source() -> Path | None:
@@ -185,7 +205,12 @@ def vendored_builds() -> dict[str, tuple[dict[str, Any], ...]] | None:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        return {name: tuple(kustomize(copy / path)) for name, path in BUILT_LAYERS.items()}
+        found = {name: tuple(kustomize(copy / path)) for name, path in BUILT_LAYERS.items()}
+        crds = sorted((copy / "vendor" / "cert-manager" / "deploy" / "crds").glob("*.yaml"))
+        found[CERT_MANAGER_CRDS] = tuple(
+            d for f in crds for d in yaml.load_all(f.read_text(), Loader=yaml.CSafeLoader) if d
+        )
+        return found
 
 
 def vendored_objects() -> tuple[dict[str, Any], ...] | None:
@@ -275,18 +300,24 @@ def _manifest(text: str) -> dict[str, Any]:
     return yaml.safe_load(re.sub(r"\{\{[^}]*\}\}", "0", text))
 
 
+def template_manifest(template: dict[str, Any]) -> dict[str, Any] | None:
+    """The object a resource template acts on (inline or manifestFrom; None: flags only)."""
+    resource = template.get("resource") or {}
+    if "manifest" in resource:
+        return _manifest(resource["manifest"])
+    wanted = (resource.get("manifestFrom") or {}).get("artifact", {}).get("name")
+    for artifact in template.get("inputs", {}).get("artifacts", []):
+        if artifact["name"] == wanted:
+            return _manifest(artifact["raw"]["data"])
+    return None
+
+
 def embedded(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The objects a Workflow's resource templates create (inline or manifestFrom)."""
+    """The objects a Workflow's resource templates create or apply."""
     for template in doc.get("spec", {}).get("templates", []):
-        resource = template.get("resource")
-        if not resource:
-            continue
-        if "manifest" in resource:
-            yield _manifest(resource["manifest"])
-        wanted = (resource.get("manifestFrom") or {}).get("artifact", {}).get("name")
-        for artifact in template.get("inputs", {}).get("artifacts", []):
-            if artifact["name"] == wanted:
-                yield _manifest(artifact["raw"]["data"])
+        found = template_manifest(template)
+        if found is not None:
+            yield found
 
 
 def references(doc: dict[str, Any], namespace: str | None = None) -> set[Ref]:

@@ -24,8 +24,8 @@ CLUSTER = REPO_ROOT / "configs" / "cluster"
 VENDOR = CLUSTER / "vendor"  # upstream's files, git-ignored (tests/test_cluster_install.py)
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
 # applied after the top level: Volcano's Queue once Volcano answers; Trainer v2 for
-# train.launcher=trainjob
-OPTIONAL_BASES = {"scheduling", "trainer"}
+# train.launcher=trainjob; KServe (the deploy step) once cert-manager answers
+OPTIONAL_BASES = {"scheduling", "trainer", "kserve"}
 # checked against their CRDs, not core schemas (Queue: tests/test_conformance_cluster.py)
 CRD_KINDS = {"ClusterTrainingRuntime", "Queue"}
 VALIDATOR = SHARED / "tools" / "validate_manifests.py"

@@ -6,22 +6,33 @@ vendored tree at all."""
 
 from __future__ import annotations
 
+import copy
+import json
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 
 from tests import cluster_build
+from tests.cluster_build import BUILT_LAYERS as BUILT
 from tests.cluster_build import POPULATE, SHARED_VENDOR, kustomize
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, SHARED
 from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR, walk
 from tests.test_cluster_vendor import vendor
 
 LATEST = re.compile(r"[\w.-]+/[\w./-]+:latest\b")
+# cert-manager installs from its release's manifest (its repository holds a Helm chart),
+# at the tag whose CRDs vendor.py pins (the release KServe v0.19.0's install uses)
+CERT_MANAGER_TAG = next(p.tag for p in vendor.PINS if p.component == "cert-manager")
+CERT_MANAGER_RELEASE = (
+    "https://github.com/cert-manager/cert-manager/releases/download/"
+    f"{CERT_MANAGER_TAG}/cert-manager.yaml"
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +63,9 @@ def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
         ("trainer", "trainjobs.trainer.kubeflow.org"),
         ("trainer", "clustertrainingruntimes.trainer.kubeflow.org"),
         ("trainer", "jobsets.jobset.x-k8s.io"),
+        ("kserve", "inferenceservices.serving.kserve.io"),
+        ("kserve", "servingruntimes.serving.kserve.io"),
+        ("kserve", "clusterservingruntimes.serving.kserve.io"),
     ],
 )
 def test_the_build_holds_the_crd(builds: dict, build_of: str, crd: str) -> None:
@@ -93,6 +107,7 @@ def test_the_build_holds_the_crd(builds: dict, build_of: str, crd: str) -> None:
             "jobset-controller-manager",
             "registry.k8s.io/jobset/jobset:v0.12.0",
         ),
+        ("kserve", "kserve", "kserve-controller-manager", "kserve/kserve-controller:v0.19.0"),
     ],
 )
 def test_the_deployment_runs_the_pinned_image_in_its_namespace(
@@ -103,7 +118,7 @@ def test_the_deployment_runs_the_pinned_image_in_its_namespace(
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
 
 
-@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer"])
+@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer", "kserve"])
 def test_no_image_is_latest_or_untagged(builds: dict, build_of: str) -> None:
     """Not in a container, nor in an argument naming one (the Argo executor's)."""
     for doc in builds[build_of]:
@@ -150,7 +165,7 @@ def test_trainer_objects_are_in_kubeflow_system_and_jobset_has_no_namespace_of_i
     assert public["data"] == {"kubeflow_trainer_version": "v2.3.0"}
 
 
-@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer"])
+@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer", "kserve"])
 def test_every_built_object_passes_strict_validation(builds: dict, build_of: str) -> None:
     """Kubernetes' own kinds against its schemas; any other object must be of a kind that a
     CRD of the builds serves (the Trainer runtime: validated in tests/test_cluster.py)."""
@@ -163,6 +178,63 @@ def test_every_built_object_passes_strict_validation(builds: dict, build_of: str
     for doc in builds[build_of]:
         if (doc["apiVersion"].rpartition("/")[0], doc["kind"]) not in served:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_kserve_runs_standard_mode_without_ingress_and_pins_every_image(builds: dict) -> None:
+    """What the controller reads from inferenceservice-config (kserve v0.19.0
+    pkg/apis/serving/v1beta1/configmap.go): Standard mode for a service without the
+    annotation, no Ingress or VirtualService made, every image it would start at v0.19.0."""
+    config = find(builds["kserve"], "ConfigMap", "inferenceservice-config")
+    assert config["metadata"]["namespace"] == "kserve" and "_example" not in config["data"]
+    data = {k: json.loads(v) for k, v in config["data"].items()}
+    assert data["deploy"] == {"defaultDeploymentMode": "Standard"}
+    assert data["ingress"]["disableIngressCreation"] is True
+    assert data["ingress"]["disableIstioVirtualHost"] is True
+    images = [v["image"] for v in data.values() if isinstance(v, dict) and "image" in v]
+    assert len(images) >= 5 and all(i.endswith(":v0.19.0") for i in images), images
+    assert data["explainers"]["art"]["defaultImageVersion"] == "v0.19.0"
+    storage = find(builds["kserve"], "ClusterStorageContainer", "default")
+    assert storage["spec"]["container"]["image"] == "kserve/storage-initializer:v0.19.0"
+
+
+def test_kserves_custom_objects_pass_their_crds(builds: dict) -> None:
+    """Every non-CRD object of the KServe build whose kind a CRD defines, against that
+    CRD's schema, strictly: KServe's own (ClusterStorageContainer) and cert-manager's
+    (the webhook's Certificate and its Issuer, against cert-manager v1.17.0's CRDs)."""
+    crds = [
+        d
+        for docs in (builds["kserve"], builds[cluster_build.CERT_MANAGER_CRDS])
+        for d in docs
+        if d["kind"] == "CustomResourceDefinition"
+    ]
+    by_kind = {(c["spec"]["group"], c["spec"]["names"]["kind"]): c for c in crds}
+    checked = set()
+    for doc in builds["kserve"]:
+        group, _, version = doc["apiVersion"].rpartition("/")
+        crd = by_kind.get((group, doc["kind"]))
+        if crd is None or doc["kind"] == "CustomResourceDefinition":
+            continue
+        (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+        schema = copy.deepcopy(served["schema"]["openAPIV3Schema"])
+        schema["properties"]["metadata"] = {"type": "object"}
+        jsonschema.validate(doc, cluster_build.strict_schema(schema))
+        checked.add(doc["kind"])
+    assert checked == {"Certificate", "Issuer", "ClusterStorageContainer"}
+
+
+def test_the_inferenceservice_schema_the_tests_use_is_the_one_installed(builds: dict) -> None:
+    """../shared/schemas (what validate_manifests.py checks the pipeline's services with)
+    against the CRD configs/cluster/kserve installs."""
+    shared = SHARED / "schemas" / "serving.kserve.io_inferenceservices.yaml"
+    if not shared.is_file():
+        pytest.skip("../shared (the schemas) is absent")
+    installed = find(
+        builds["kserve"], "CustomResourceDefinition", "inferenceservices.serving.kserve.io"
+    )
+    wanted = yaml.load(shared.read_text(), Loader=yaml.CSafeLoader)
+    assert [v["schema"] for v in installed["spec"]["versions"]] == [
+        v["schema"] for v in wanted["spec"]["versions"]
+    ]
 
 
 # A stand-in for the release's manifests/cluster-install, as the release's install.yaml has
@@ -251,11 +323,20 @@ def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster(
     vendoring = commands.index("python configs/cluster/vendor.py")
     applies = [i for i, c in enumerate(commands) if c.startswith("kubectl apply")]
     assert applies and vendoring < min(applies)
-    built = {commands[i].split(" -k ")[1] for i in applies}
+    built = {commands[i].split(" -k ")[1] for i in applies if " -k " in commands[i]}
     # what `builds` builds
-    assert built == {"configs/cluster/", "configs/cluster/scheduling/", "configs/cluster/trainer/"}
+    assert built == {f"configs/cluster/{path}/".replace("/./", "/") for path in BUILT.values()}
+    # the one manifest applied from a URL: cert-manager's release, at the pinned tag, first
+    (release,) = [commands[i] for i in applies if " -k " not in commands[i]]
+    assert release.split(" -f ")[1] == CERT_MANAGER_RELEASE
+    assert commands.index(release) < commands.index(
+        "kubectl apply --server-side -k configs/cluster/kserve/"
+    )
     options = vendor.build_parser()._option_string_actions
     for option in re.findall(r"vendor\.py (--[\w-]+)", (REPO_ROOT / "README.md").read_text()):
         assert option in options, option
     e2e = (REPO_ROOT / ".github" / "workflows" / "e2e.yml").read_text()
     assert e2e.index("python configs/cluster/vendor.py") < e2e.index("apply --server-side -k")
+    assert e2e.index(CERT_MANAGER_RELEASE) < e2e.index(
+        "apply --server-side -k configs/cluster/kserve/"
+    )

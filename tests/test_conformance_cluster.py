@@ -17,8 +17,12 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from hera.workflows import WorkflowTemplate
 
 from flows import cifar
+from flows.deploy_step import deploy_templates
+from flows.manifests import inferenceservice as isvc
+from flows.manifests.pod import config_args, pod_env
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
 from tests.conftest import REPO_ROOT
@@ -45,8 +49,14 @@ def config(name: str, launcher: str = "pytorchjob") -> PipelineConfig:
 
 
 def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    """The WorkflowTemplate a cluster runs and the self-contained Workflow."""
-    return [cifar.build_template(cfg).to_dict(), cifar.build_workflow(cfg).to_dict()]
+    """The WorkflowTemplate a cluster runs and the self-contained Workflow, and the serving
+    templates (deploy, rollbacks) as a WorkflowTemplate of their own, whether or not the
+    pipeline's DAG holds them yet."""
+    with WorkflowTemplate(
+        name="serving", entrypoint="deploy", namespace=cfg.cluster.namespace
+    ) as wt:
+        deploy_templates(cfg, config_args(cfg), parameterized=True)
+    return [cifar.build_template(cfg).to_dict(), cifar.build_workflow(cfg).to_dict(), wt.to_dict()]
 
 
 def created() -> set[tuple[str, str | None, str]]:
@@ -152,20 +162,23 @@ def _resource_requests(cfg: PipelineConfig) -> set[tuple[str, str, str]]:
     """(group, resource, verb) the resource templates of the rendered workflow send."""
     wanted = set()
     for doc in rendered(cfg):
-        created = {child["kind"] for child in cb.embedded(doc)}
         for template in doc["spec"]["templates"]:
             if "resource" not in template:
                 continue
             resource = template["resource"]
             action = resource["action"]
+            # a delete without a manifest names its kind in its flags, and the object by
+            # name or by --selector; a create or apply, in its manifest
+            manifest = cb.template_manifest(template)
+            if manifest is None:
+                kind = cb.KINDS_BY_RESOURCE[resource["flags"][0]]
+                if "--selector" not in resource["flags"]:
+                    action = f"{action}-by-name"
+            else:
+                kind = manifest["kind"]
             assert action in cb.RESOURCE_VERBS, f"{action}: extend the verbs table"
-            # a delete names its kind in its flags (no manifest); a create, in the manifest
-            kinds = (
-                {cb.JOB_KINDS_BY_RESOURCE[resource["flags"][0]]} if action == "delete" else created
-            )
-            for kind in kinds:
-                group, plural = cb.JOB_RESOURCES[kind]
-                wanted |= {(group, plural, verb) for verb in cb.RESOURCE_VERBS[action]}
+            group, plural = cb.RESOURCES[kind]
+            wanted |= {(group, plural, verb) for verb in cb.RESOURCE_VERBS[action]}
         if doc["spec"].get("artifactGC") or any(
             a.get("artifactGC") for t in doc["spec"]["templates"] for a in _artifacts(t)
         ):
@@ -336,3 +349,48 @@ def test_upstream_facts_hold_in_vendored_manifests() -> None:
         assert full.allows(cb.CONTROLLER, Request(verb, "", "configmaps", c.namespace, name))
     account = ServiceAccount(c.namespace, c.service_account)
     assert full.grants(account, c.namespace) == needed(*CONFIGS)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_serving_pods_name_only_hand_made_secrets(name: str) -> None:
+    """The cifar-serve pods (the InferenceService's predictor) reference the Secrets every
+    step pod does (flows.manifests.pod.pod_env), in the namespace the service lives in."""
+    cfg = config(name)
+    service = isvc.build_inferenceservice(cfg, model_uri="models:/m/1", labels={})
+    found = {r.key for r in cb.references(service)}
+    wanted = {
+        ("Secret", cfg.cluster.namespace, spec.secret) for spec in pod_env(cfg) if spec.secret
+    }
+    assert found == wanted and found <= set(HAND_MADE), found
+    if name in ("cluster", "kind"):  # S3 on the cluster: the keys come from cifar-s3
+        assert ("Secret", cfg.cluster.namespace, "cifar-s3") in found
+
+
+# kserve v0.19.0 config/rbac/service_account.yaml and role.yaml (ClusterRole
+# kserve-manager-role, bound by role_binding.yaml): what its controller does in the
+# service's namespace for a Standard-mode InferenceService (controller.go Reconcile: the
+# finalizer, the status; reconcilers/raw: the predictor's Deployment and Service, an HPA
+# when its replicas may vary; PropagateModelStatus lists the pods).
+KSERVE_CONTROLLER = ServiceAccount("kserve", "kserve-controller-manager")
+KSERVE_NEEDS = [
+    ("serving.kserve.io", "inferenceservices", "patch"),
+    ("serving.kserve.io", "inferenceservices/status", "update"),
+    ("apps", "deployments", "create"),
+    ("apps", "deployments", "update"),
+    ("", "services", "create"),
+    ("autoscaling", "horizontalpodautoscalers", "create"),
+    ("", "pods", "list"),
+]
+
+
+@pytest.mark.parametrize(("group", "resource", "verb"), KSERVE_NEEDS)
+def test_kserve_may_run_the_service_where_the_workflow_applies_it(
+    group: str, resource: str, verb: str
+) -> None:
+    upstream = cb.vendored_objects()
+    if upstream is None:
+        pytest.skip(f"no vendored upstream manifests: {cb.POPULATE}")
+    namespace = PipelineConfig().cluster.namespace  # serving.name lives in cluster.namespace
+    name = None if verb in ("create", "list") else "cifar10-classifier"
+    request = Request(verb, group, resource, namespace, name)
+    assert Rbac([*upstream, *own()]).allows(KSERVE_CONTROLLER, request), request

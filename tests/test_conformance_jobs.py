@@ -32,12 +32,16 @@ from typing import Any
 
 import pytest
 import yaml
+from hera.workflows import WorkflowTemplate
 
 from flows import cli
 from flows.cifar import build_template, build_workflow
+from flows.deploy_step import deploy_templates
 from flows.manifests import trainjob
 from flows.manifests.names import labels
+from flows.manifests.pod import config_args
 from steps.common.config import load_config
+from tests import test_inferenceservice as ti
 from tests.argo_conditions import outcome, parse
 from tests.test_flow import CONFIGS, VALIDATOR, argo_substitute, parameter_values, templates
 
@@ -249,3 +253,42 @@ def test_every_render_and_its_jobs_pass_the_crds(tmp_path: Path, capsys) -> None
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().endswith(f"{2 * len(files)} documents checked, 0 problems")
     assert "job manifests from manifestFrom raw artifacts checked too" in done.stdout
+
+
+# --- the champion's InferenceService (KServe v0.19.0, tests/kserve_status.py) ---------------
+
+
+def applied_services(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(where, resource template, service as applied) for every ``apply`` of the rendered
+    pipeline (once its DAG holds the deploy step) and of flows.deploy_step itself."""
+    cfg = load_config(path, [])
+    docs = [("inline", build_workflow(cfg).to_dict()), ("template", build_template(cfg).to_dict())]
+    with WorkflowTemplate(name="serving", entrypoint="deploy") as serving:
+        deploy_templates(cfg, config_args(cfg), parameterized=True)
+    docs.append(("deploy_step", serving.to_dict()))
+    found = []
+    for form, data in docs:
+        for name, template in templates(data).items():
+            if template.get("resource", {}).get("action") == "apply":
+                found.append((f"{form}/{name}", template, ti.applied(template)))
+    assert {entry[0].split("/")[1] for entry in found} >= {"deploy", "rollback-apply"}
+    return found
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_an_applied_service_ends_the_step_as_its_rollout_ends(path: Path) -> None:
+    """Ready succeeds, a failed rollout fails (where the template has a failure condition:
+    a rollback has none, the failure it recovers from still shows), anything else waits;
+    the service is owned by nothing (it outlives the workflow)."""
+    for where, template, service in applied_services(path):
+        assert service["kind"] == "InferenceService", where
+        assert "ownerReferences" not in service["metadata"], where
+        resource = template["resource"]
+        assert not resource.get("setOwnerReference"), where
+        success, failure = resource["successCondition"], resource.get("failureCondition", "")
+        decided = {
+            case: outcome({**service, "status": ti.status_of(case)}, success, failure)
+            for case in ti.DEPLOY
+        }
+        wanted = {c: o if failure or o != "failed" else "waiting" for c, o in ti.DEPLOY.items()}
+        assert decided == wanted, where

@@ -100,6 +100,48 @@ PINS = (
         ),
     ),
     Pin("volcano", "volcano-sh/volcano", "v1.14.4", ("installer/volcano-development.yaml",)),
+    # KServe's config/overlays/standalone/kserve (what kserve/kserve v0.19.0 hack/setup/infra/
+    # manage.kserve-kustomize.sh builds for its Standard-mode install) and what it loads;
+    # of config/crd/full, the kinds it serves (not the LLM or local-model ones).
+    Pin(
+        "kserve",
+        "kserve/kserve",
+        "v0.19.0",
+        (
+            "config/overlays/standalone/kserve/",
+            "config/components/kserve/",
+            "config/default/",
+            "config/base/",
+            "config/configmap/",
+            "config/certmanager/issuer.yaml",
+            "config/certmanager/kustomization.yaml",
+            "config/certmanager/kserve/",
+            "config/storagecontainers/",
+            "config/crd/kustomization.yaml",
+            "config/crd/patches/",
+            "config/crd/full/kustomization.yaml",
+            "config/crd/full/clusterstoragecontainer/",
+            *(
+                f"config/crd/full/serving.kserve.io_{kind}.yaml"
+                for kind in (
+                    "clusterservingruntimes",
+                    "inferencegraphs",
+                    "inferenceservices",
+                    "servingruntimes",
+                    "trainedmodels",
+                )
+            ),
+            "config/rbac/",
+            "config/manager/",
+            "config/webhook/",
+        ),
+    ),
+    # cert-manager's CRDs at the release KServe v0.19.0's Standard-mode install uses
+    # (hack/setup/quick-install/kserve-standard-mode-dependency-install.sh:
+    # CERT_MANAGER_VERSION=v1.17.0). Not applied: cert-manager installs from its release's
+    # cert-manager.yaml (README "Run it on a cluster"), which its repository holds only as
+    # a Helm chart; the tests check KServe's Certificate and Issuer against these schemas.
+    Pin("cert-manager", "cert-manager/cert-manager", "v1.17.0", ("deploy/crds/",)),
 )
 
 

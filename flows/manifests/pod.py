@@ -24,7 +24,9 @@ from steps.common.config import ConfigError, PipelineConfig, load_config
 OUTPUTS_DIR = "/tmp/outputs"  # where the steps write their output parameters
 # What reaches every step as --set: the steps' own sections, and the cluster the run went
 # to, so that MLflow's params (every section, steps.train.report) describe this run.
-STEP_SECTIONS = ("data", "storage", "train", "optimize", "benchmark", "tracking", "cluster")
+STEP_SECTIONS = (
+    "data", "storage", "train", "optimize", "benchmark", "tracking", "cluster", "serving",
+)  # fmt: skip
 DATA_VOLUME = "data"
 ISTIO_INJECT = "sidecar.istio.io/inject"  # = kubeflow.training.constants.ISTIO_SIDECAR_INJECTION
 

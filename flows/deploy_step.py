@@ -1,0 +1,166 @@
+"""The deploy step and its rollback: Argo resource templates on the champion's
+InferenceService (flows/manifests/inferenceservice.py).
+
+- ``deploy``: ``kubectl apply`` of the service for the ``model-uri`` input (labelled with
+  the MLflow ``run-id`` and the ``model-version``); it succeeds when the service is Ready
+  and fails on a failed rollout; its outputs are the in-cluster ``url``
+  (``status.address.url``) and the ``external-url`` (``status.url``). No ownerReference:
+  the service outlives the workflow.
+- ``rollback-apply``: the same service for the registry version ``previous-version``.
+- ``rollback-delete``: deletes the service (a first deployment that failed its check).
+
+Argo (v4.0.5 workflow/executor/resource.go) runs an apply as ``kubectl apply -f manifest
+-o json``, then GETs the object every 5 s until a condition holds (WaitResource,
+matchConditions: any failure requirement fails the step, all success requirements
+succeed it), then ``kubectl get -o jsonpath`` for each output (SaveResourceParameters).
+
+Where the conditions look: KServe v0.19.0 keeps ``status.conditions`` sorted by type
+(knative.dev/pkg apis/condition_set.go SetCondition sorts them). A Standard-mode service
+carries exactly IngressReady, PredictorReady, Ready (the living condition set of
+pkg/apis/serving/v1beta1/inference_service_status.go, initialised before any status write
+by controller.go Reconcile) and Stopped (set by Reconcile after the components): so Ready
+is at index 2 and PredictorReady at index 1. A label selector cannot search a list.
+
+Known limit: Argo's first GET comes right after the apply, before KServe has reconciled
+the new spec, so on a re-apply over a service that was Ready (a new champion, a rollback)
+it can read the previous version's Ready; the conditions cannot compare generations
+(KServe's status.observedGeneration is its Deployment's). What reads the endpoint next
+must make sure it answers for the version deployed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import yaml
+from hera.workflows import Artifact, Parameter, RawArtifact, Resource
+from hera.workflows import models as m
+
+from flows.manifests import inferenceservice as isvc
+from flows.manifests.names import APP
+from steps.common.config import PipelineConfig
+
+MANIFEST_PATH = "/tmp/manifest.yaml"
+RESOURCE = "inferenceservices.serving.kserve.io"  # kubectl's name of the kind
+READY_AT = 2  # IngressReady, PredictorReady, Ready, Stopped
+PREDICTOR_AT = 1
+SUCCESS = f"status.conditions.{READY_AT}.type == Ready, status.conditions.{READY_AT}.status == True"
+# A failed rollout, as KServe v0.19.0 reports it (inference_service_status.go):
+# - PropagateRawStatus copies the predictor Deployment's conditions into PredictorReady:
+#   ReplicaFailure True (reason FailedCreate: its pods are refused, e.g. by quota or pod
+#   security; kubernetes pkg/controller/replicaset calculateStatus, copied by
+#   deployment/progress.go getReplicaFailures) wins over all; Progressing False
+#   (ProgressDeadlineExceeded, kubernetes deployment/util TimedOutReason) shows while the
+#   previous pods stay Available (while none is, Available False's
+#   MinimumReplicasUnavailable wins, as during every first rollout: no failure);
+# - PropagateModelStatus marks targetModelState FailedToLoad when kserve-container has
+#   terminated with Error or waits in CrashLoopBackOff.
+# Pods that never start (no node fits) show none of these: the deadline ends the step.
+FAILURE = (
+    f"status.conditions.{PREDICTOR_AT}.reason in (FailedCreate, ProgressDeadlineExceeded), "
+    "status.modelStatus.states.targetModelState == FailedToLoad"
+)
+
+
+class ServingTemplates(NamedTuple):
+    deploy: Resource
+    rollback_apply: Resource
+    rollback_delete: Resource
+
+
+def _inp(name: str) -> str:
+    return f"{{{{inputs.parameters.{name}}}}}"
+
+
+def deadline_s(cfg: PipelineConfig) -> int:
+    return math.ceil(cfg.serving.ready_timeout_s)
+
+
+def manifest(cfg: PipelineConfig, settings: list[str], *, model_uri: str, version: str) -> str:
+    service_labels = {isvc.RUN_LABEL: _inp("run-id"), isvc.VERSION_LABEL: version}
+    data = isvc.build_inferenceservice(
+        cfg, model_uri=model_uri, labels=service_labels, settings=settings
+    )
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _apply(
+    cfg: PipelineConfig,
+    *,
+    name: str,
+    text: str,
+    inputs: list[str],
+    failure: str | None,
+    outputs: list[Parameter] | None,
+    parameterized: bool,
+) -> Resource:
+    params: list[Parameter | Artifact] = [Parameter(name=n) for n in inputs]
+    source: dict[str, Any] = {"manifest": text}
+    if parameterized:  # a WorkflowTemplate carries it as train does (flows/train_step.py)
+        params.append(RawArtifact(name="manifest", path=MANIFEST_PATH, data=text))
+        source = {"manifest_from": m.ManifestFrom(artifact=m.Artifact(name="manifest"))}
+    return Resource(
+        name=name,
+        action="apply",  # no owner: the service outlives the workflow
+        success_condition=SUCCESS,
+        failure_condition=failure,
+        inputs=params,
+        **source,
+        outputs=outputs,
+        active_deadline_seconds=deadline_s(cfg),
+        labels={f"{APP}/step": name},
+    )
+
+
+def deploy_templates(
+    cfg: PipelineConfig, settings: list[str], *, parameterized: bool = False
+) -> ServingTemplates:
+    """``settings``: every step's ``--set`` arguments (the server keeps its sections);
+    ``parameterized``: the manifests as ``manifestFrom`` raw artifacts (WorkflowTemplate)."""
+    urls = [
+        Parameter(name="url", value_from=m.ValueFrom(json_path="{.status.address.url}")),
+        Parameter(name="external-url", value_from=m.ValueFrom(json_path="{.status.url}")),
+    ]
+    deploy = _apply(
+        cfg,
+        name="deploy",
+        text=manifest(cfg, settings, model_uri=_inp("model-uri"), version=_inp("model-version")),
+        inputs=["model-uri", "run-id", "model-version"],
+        failure=FAILURE,
+        outputs=urls,
+        parameterized=parameterized,
+    )
+    previous = _inp("previous-version")
+    # No failure condition: a rollback follows a failed rollout, whose failure the status
+    # still shows when Argo first reads it; the rollback is done when Ready, or at the
+    # deadline.
+    rollback_apply = _apply(
+        cfg,
+        name="rollback-apply",
+        text=manifest(
+            cfg,
+            settings,
+            model_uri=f"models:/{cfg.benchmark.registered_model}/{previous}",
+            version=previous,
+        ),
+        inputs=["previous-version", "run-id"],
+        failure=None,
+        outputs=None,
+        parameterized=parameterized,
+    )
+    return ServingTemplates(deploy, rollback_apply, delete_template(cfg))
+
+
+def delete_template(cfg: PipelineConfig) -> Resource:
+    """Deletes the service by name: Argo runs ``kubectl delete --ignore-not-found <flags>
+    -o name`` (v4.0.5 resource.go getKubectlArguments), so a service already gone is no
+    error. kubectl then waits for it to go (KServe's finalizer) and, if it may not watch,
+    stops waiting without failing (kubectl delete.go DeleteResult ignores Forbidden)."""
+    return Resource(
+        name="rollback-delete",
+        action="delete",
+        flags=[RESOURCE, cfg.serving.name],
+        active_deadline_seconds=deadline_s(cfg),
+        labels={f"{APP}/step": "rollback-delete"},
+    )

@@ -1,0 +1,256 @@
+"""The champion's InferenceService and the deploy / rollback templates, checked as KServe
+v0.19.0 and Argo v4.0.5 would take them, without a cluster: the manifest against the CRD
+(../shared/tools/validate_manifests.py, after Argo's parameter substitution), and the
+resource conditions evaluated as Argo evaluates them (tests/argo_conditions.py) against
+the statuses KServe's reconciler writes (tests/kserve_status.py, which cites the files)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hera.workflows import WorkflowTemplate
+
+from flows import deploy_step
+from flows.deploy_step import FAILURE, SUCCESS, deploy_templates
+from flows.manifests import inferenceservice as isvc
+from flows.manifests.names import dns1035
+from flows.manifests.pod import config_args
+from steps.common.config import PipelineConfig, load_config
+from tests import kserve_status as ks
+from tests.argo_conditions import LABEL_VALUE, outcome, parse
+from tests.test_flow import CONFIGS, VALIDATOR
+
+VALUES = {"model-uri": "models:/cifar10-classifier/7", "run-id": "0123456789abcdef" * 2}
+VALUES |= {"model-version": "7", "previous-version": "6"}
+
+
+def rendered(cfg: PipelineConfig, *, parameterized: bool) -> dict[str, Any]:
+    with WorkflowTemplate(name="serving", entrypoint="deploy") as wt:
+        deploy_templates(cfg, config_args(cfg), parameterized=parameterized)
+    return wt.to_dict()
+
+
+def by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in doc["spec"]["templates"]}
+
+
+def applied(template: dict[str, Any]) -> dict[str, Any]:
+    """The manifest ``kubectl apply`` gets: the inputs substituted as Argo does."""
+    resource = template["resource"]
+    text = resource.get("manifest") or template["inputs"]["artifacts"][0]["raw"]["data"]
+    pattern = r"\{\{inputs\.parameters\.([a-z-]+)\}\}"
+    return yaml.safe_load(re.sub(pattern, lambda match: VALUES[match.group(1)], text))
+
+
+def container(service: dict[str, Any]) -> dict[str, Any]:
+    (found,) = service["spec"]["predictor"]["containers"]
+    return found
+
+
+CASES = {  # name -> (overrides, what the predictor must hold)
+    "defaults": ([], {"minReplicas": 1, "maxReplicas": 1}),
+    "autoscaled": (["serving.min_replicas=2", "serving.max_replicas=4"], {"maxReplicas": 4}),
+    "gpu-node": (
+        [
+            "serving.gpus=1",
+            'serving.node_selector={"pool":"gpu"}',
+            'serving.tolerations=[{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}]',
+        ],
+        {
+            "nodeSelector": {"pool": "gpu"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_service_runs_the_serving_image_as_every_pod_runs(case: str) -> None:
+    overrides, wanted = CASES[case]
+    cfg = load_config(None, overrides)
+    service = isvc.build_inferenceservice(cfg, model_uri="models:/m/3", labels={"a": "b"})
+    meta, predictor = service["metadata"], service["spec"]["predictor"]
+    assert meta["annotations"] == {"serving.kserve.io/deploymentMode": "Standard"}
+    assert (meta["name"], meta["namespace"]) == (cfg.serving.name, cfg.cluster.namespace)
+    assert "ownerReferences" not in meta and meta["labels"]["a"] == "b"
+    assert wanted.items() <= predictor.items()
+    assert predictor["automountServiceAccountToken"] is False
+    assert predictor["securityContext"]["runAsNonRoot"] is True
+    c = container(service)
+    assert (c["name"], c["image"]) == (
+        "kserve-container",
+        "ghcr.io/cifar-pipeline/cifar-serve:0.1.0",
+    )
+    assert c["command"] == ["python", "-m", "steps.serve"]
+    assert c["args"][:6] == ["--model-uri", "models:/m/3", "--host", "0.0.0.0", "--port", "8080"]
+    assert c["ports"] == [{"containerPort": 8080, "protocol": "TCP"}]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": 8080}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": 8080}
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    gpus = c["resources"]["limits"].get("nvidia.com/gpu")
+    assert gpus == (str(cfg.serving.gpus) if cfg.serving.gpus else None)
+    load_config(None, [a for a in c["args"][7::2]])  # the --set arguments load
+
+
+def test_the_server_gets_its_own_sections_of_the_config_only() -> None:
+    cfg = load_config(None, ["serving.max_batch=8", "train.epochs=3", "tracking.experiment=e"])
+    c = container(isvc.build_inferenceservice(cfg, model_uri="m", labels={}))
+    settings = c["args"][6:]
+    assert settings == ["--set", "tracking.experiment=e", "--set", "serving.max_batch=8"]
+
+
+def test_secrets_reach_the_server_by_reference_only() -> None:
+    cfg = load_config(
+        None, ["storage.root_uri=s3://bucket/x", "cluster.mlflow_secret=cifar-mlflow"]
+    )
+    env = {
+        e["name"]: e
+        for e in container(isvc.build_inferenceservice(cfg, model_uri="m", labels={}))["env"]
+    }
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_TOKEN"):
+        assert "value" not in env[name] and env[name]["valueFrom"]["secretKeyRef"]["key"] == name
+
+
+@pytest.mark.parametrize("parameterized", [False, True], ids=["inline", "manifestFrom"])
+def test_the_applied_services_name_the_run_and_version_in_valid_labels(parameterized: bool) -> None:
+    cfg = PipelineConfig()
+    found = by_name(rendered(cfg, parameterized=parameterized))
+    for name, version, uri in (
+        ("deploy", "7", "models:/cifar10-classifier/7"),
+        ("rollback-apply", "6", "models:/cifar10-classifier/6"),
+    ):
+        service = applied(found[name])
+        labels = service["metadata"]["labels"]
+        assert labels[isvc.VERSION_LABEL] == version and labels[isvc.RUN_LABEL] == VALUES["run-id"]
+        assert all(LABEL_VALUE.fullmatch(v) and len(v) <= 63 for v in labels.values()), labels
+        assert dns1035(service["metadata"]["name"]) == service["metadata"]["name"]
+        assert container(service)["args"][1] == uri
+        resource = found[name]["resource"]
+        assert resource["action"] == "apply" and not resource.get("setOwnerReference")
+    outputs = {
+        p["name"]: p["valueFrom"]["jsonPath"] for p in found["deploy"]["outputs"]["parameters"]
+    }
+    assert outputs == {"url": "{.status.address.url}", "external-url": "{.status.url}"}
+
+
+def test_the_rollback_delete_names_the_service_and_waits_for_nothing_else() -> None:
+    """Argo runs ``kubectl delete --ignore-not-found <flags> -o name`` and refuses
+    conditions or outputs on a delete (v4.0.5 cmd/argoexec/commands/resource.go)."""
+    cfg = load_config(None, ["serving.name=champion"])
+    delete = by_name(rendered(cfg, parameterized=True))["rollback-delete"]
+    assert delete["resource"] == {
+        "action": "delete",
+        "flags": ["inferenceservices.serving.kserve.io", "champion"],
+    }
+    assert "outputs" not in delete and "inputs" not in delete
+
+
+# --- the conditions, as Argo decides them over KServe's statuses ---------------------------
+
+
+def status_of(case: str, name: str = "cifar10-classifier", ns: str = "argo") -> dict[str, Any]:
+    """The service's status at each point, built by KServe's reconciles in order."""
+    if case == "created":
+        return {}
+    status: dict[str, Any] = {}
+    if case == "reconcile-failed":  # a component's error: status written, no Stopped yet
+        ks.reconcile(status, name, ns, ks.NEW, ["running"])
+        ks.mark(status, "PredictorReady", "False", "ReconcileFailed")
+        return status
+    first = {"pods-refused": ks.REFUSED, "unschedulable-past-deadline": ks.NEW_TIMED_OUT}
+    pods = {"crash-looping": ["crash-loop"], "crashed": ["error"], "rolling-out": ["running"]}
+    ks.reconcile(status, name, ns, first.get(case, ks.NEW), pods.get(case, []))
+    if case in ("ready", "updating", "update-past-deadline"):
+        ks.reconcile(status, name, ns, ks.COMPLETE, ["ready"])
+    if case == "updating":  # KServe has reconciled the new spec: a second ReplicaSet rolls
+        ks.reconcile(status, name, ns, ks.UPDATING, ["ready", "running"])
+    if case == "update-past-deadline":
+        ks.reconcile(status, name, ns, ks.UPDATE_TIMED_OUT, ["ready", "running"])
+    if case == "crash-looping-past-deadline":
+        ks.reconcile(status, name, ns, ks.NEW_TIMED_OUT, ["crash-loop"])
+    return status
+
+
+DEPLOY = {  # case -> what Argo decides for `deploy`
+    "created": "waiting",
+    "rolling-out": "waiting",
+    "reconcile-failed": "waiting",  # KServe retries; a lasting one meets the deadline
+    "unschedulable-past-deadline": "waiting",  # nothing reports it: the deadline ends it
+    "updating": "waiting",
+    "ready": "succeeded",
+    "crashed": "failed",
+    "crash-looping": "failed",
+    "crash-looping-past-deadline": "failed",
+    "update-past-deadline": "failed",
+    "pods-refused": "failed",
+}
+
+
+def test_kserve_keeps_ready_where_the_conditions_look() -> None:
+    for case in DEPLOY:
+        conditions = [c["type"] for c in status_of(case).get("conditions", [])]
+        if conditions:
+            assert conditions[deploy_step.PREDICTOR_AT : deploy_step.READY_AT + 1] == [
+                "PredictorReady",
+                "Ready",
+            ], case
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_the_steps_end_as_the_rollout_ends(path: Path) -> None:
+    cfg = load_config(path, [])
+    for form in (False, True):
+        found = by_name(rendered(cfg, parameterized=form))
+        for name, failure_too in (("deploy", True), ("rollback-apply", False)):
+            resource = found[name]["resource"]
+            assert resource["successCondition"] == SUCCESS
+            assert resource.get("failureCondition") == (FAILURE if failure_too else None)
+            parse(SUCCESS), parse(FAILURE)  # labels.Parse takes them
+            service = applied(found[name])
+            decided = {
+                case: outcome(
+                    {**service, "status": status_of(case)},
+                    SUCCESS,
+                    resource.get("failureCondition", ""),
+                )
+                for case in DEPLOY
+            }
+            wanted = {
+                c: (o if failure_too or o != "failed" else "waiting") for c, o in DEPLOY.items()
+            }
+            assert decided == wanted, (path.stem, name)
+            assert int(found[name]["activeDeadlineSeconds"]) >= cfg.serving.ready_timeout_s
+
+
+def test_a_ready_service_has_both_urls_the_outputs_read() -> None:
+    status = status_of("ready")
+    assert status["address"]["url"] == "http://cifar10-classifier-predictor.argo.svc.cluster.local"
+    assert status["url"].startswith("http://cifar10-classifier-argo.")
+
+
+@pytest.mark.skipif(not VALIDATOR.is_file(), reason="../shared (the schema validator) is absent")
+def test_every_service_passes_the_crd(tmp_path: Path) -> None:
+    """For every config, inline and as manifestFrom, the templates through the strict
+    validator (which fills the parameters and checks the InferenceService against
+    KServe v0.19.0's CRD), and the applied services with realistic inputs."""
+    files = []
+    for path in CONFIGS:
+        cfg = load_config(path, [])
+        for form in (False, True):
+            doc = rendered(cfg, parameterized=form)
+            services = [applied(t) for n, t in by_name(doc).items() if n != "rollback-delete"]
+            files.append(tmp_path / f"{path.stem}-{form}.yaml")
+            files[-1].write_text(yaml.safe_dump_all([doc, *services], sort_keys=False))
+    done = subprocess.run(
+        [sys.executable, str(VALIDATOR), *map(str, files)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith(f"{4 * len(CONFIGS) * 2} documents checked, 0 problems")

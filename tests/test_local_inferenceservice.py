@@ -6,6 +6,7 @@ servers here are small real HTTP servers written to tmp_path, not the model serv
 
 from __future__ import annotations
 
+import io
 import re
 import socket
 import sys
@@ -16,10 +17,12 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+from rich.console import Console
 
 from flows.local.checks import UnsupportedFeature, unsupported
 from flows.local.runner import LocalRunner
 from flows.local.services import rewrite_args
+from flows.local.view import print_summary
 from tests.local_examples import run, states
 
 API = "serving.kserve.io/v1beta1"
@@ -169,6 +172,11 @@ def test_the_service_is_up_for_later_tasks_and_gone_after_the_run(tmp_path: Path
     assert service["task"] == "deploy"
     state = yaml.safe_load((result.run_dir / "state.json").read_text())
     assert state["services"]["clf"]["url"] == outputs["url"]
+    console = Console(file=io.StringIO(), width=300)
+    print_summary(result, runner, console)
+    assert (
+        f"InferenceService clf: {outputs['url']} (task deploy, Stopped" in console.file.getvalue()
+    )
     log = (result.run_dir / "logs" / "deploy.log").read_text()
     assert f"serving answer-42 on http://127.0.0.1:{port}" in log  # --host/--port rewritten
     assert_gone([service["pid"]], [port])
@@ -215,44 +223,49 @@ except OSError:
 
 
 def test_a_second_apply_replaces_the_process_and_a_delete_stops_it(tmp_path: Path) -> None:
-    """A rollback re-applies the same name with another model; then a delete (by flags,
-    as kubectl delete --ignore-not-found: argo-workflows v4.0.5
-    workflow/executor/resource.go getKubectlArguments) stops it; a second delete finds
-    nothing and succeeds."""
+    """A rollback re-applies the same name with another model: the old process stopped,
+    the new one at the same URL (as the cluster's Service keeps its address), so a task
+    given the deploy's URL reaches the new model. Then a delete by flags (run as
+    ``kubectl delete --ignore-not-found``: argo-workflows v4.0.5
+    workflow/executor/resource.go getKubectlArguments) stops it during the run, and a
+    second delete finds nothing and succeeds."""
     delete = {"name": "delete", "resource": {"action": "delete", "flags": [RESOURCE, "clf"]}}
-    old = {
-        "name": "old",
+    probe = {
+        "name": "probe",
         "inputs": {"parameters": [{"name": "url"}]},
         "container": {"image": "python:3", "command": ["python", "-c", PROBE]},
     }
-    old["container"]["args"] = ["{{inputs.parameters.url}}/value"]
+    probe["container"]["args"] = ["{{inputs.parameters.url}}/value"]
     templates = [
         deploy("deploy", isvc(tmp_path, "ok", "v1")),
         deploy("rollback", isvc(tmp_path, "ok", "v0")),
         curl(),
         delete,
-        old,
+        probe,
     ]
     tasks = [
         task("deploy", "deploy"),
         task("first", "check", "deploy", url_of="deploy"),
         task("rollback", "rollback", "first"),
-        task("second", "check", "rollback", url_of="rollback"),
-        task("old-gone", "old", "rollback", url_of="deploy"),
-        task("delete", "delete", "second && old-gone"),
-        task("again", "delete", "delete"),
+        task("second", "check", "rollback", url_of="deploy"),
+        task("delete", "delete", "second"),
+        task("deleted", "probe", "delete", url_of="deploy"),
+        task("again", "delete", "deleted"),
     ]
     runner, result = run(tmp_path, workflow(templates, tasks))
     assert result.status == "Succeeded", {n: r.message for n, r in result.tasks.items()}
+    url = result.tasks["deploy"].outputs["url"]
+    assert result.tasks["rollback"].outputs["url"] == url
     assert result.tasks["first"].result == "v1"
-    assert result.tasks["second"].result == "v0"  # the new process answers at its URL
-    assert result.tasks["old-gone"].result == "refused"  # while the old one is gone
-    ports = [port_of(result.tasks[t].outputs["url"]) for t in ("deploy", "rollback")]
+    assert result.tasks["second"].result == "v0"  # the new process answers at that URL
+    assert result.tasks["deleted"].result == "refused"  # nothing there after the delete
     log = (result.run_dir / "logs" / "deploy.log").read_text()
     assert "--- InferenceService clf stopped" in log  # replaced by the rollback's apply
+    first_pid = int(re.search(r"pid (\d+)", log).group(1))
+    assert first_pid != served(runner)["clf"]["pid"]
     assert any("stopped its process" in line for line in result.tasks["delete"].tail)
     assert any("nothing to delete" in line for line in result.tasks["again"].tail)
-    assert_gone([served(runner)["clf"]["pid"]], ports)
+    assert_gone([first_pid, served(runner)["clf"]["pid"]], [port_of(url)])
 
 
 def test_the_manifest_from_a_raw_artifact_runs_too(tmp_path: Path) -> None:

@@ -222,7 +222,7 @@ class TaskExecution:
         if "script" in template:
             return script_process(template, task_dir, self.cwd, self.env), None
         if "resource" in template:
-            return resource_process(template, task_dir, self.cwd, self.env)
+            return resource_process(template, task_dir, self.cwd, self.env, self.services.port_for)
         raise UnsupportedFeature(
             f"template {template['name']}: only container, script and resource templates "
             "run as pods"

@@ -7,7 +7,7 @@ apply or delete is a ``ServiceSpec`` for the run's services (``flows.local.servi
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -19,6 +19,7 @@ from flows.local.resource_checks import INFERENCESERVICE_API, service_delete_nam
 from flows.local.services import ServiceSpec, service_process
 from flows.local.tasks import (
     container_env,
+    free_port,
     local_argv,
     named,
     processes_per_node,
@@ -42,8 +43,13 @@ def manifest_text(template: Mapping[str, Any]) -> str:
 
 
 def resource_process(
-    template: Mapping[str, Any], task_dir: Path, cwd: Path, env: Mapping[str, str]
+    template: Mapping[str, Any],
+    task_dir: Path,
+    cwd: Path,
+    env: Mapping[str, str],
+    port_for: Callable[[str], int] = lambda name: free_port(),
 ) -> tuple[ProcessSpec, dict | None]:
+    """``port_for``: an InferenceService's local port by its name."""
     if template["resource"].get("action") == "delete":
         name = service_delete_name(template["resource"])
         if name is not None:
@@ -52,7 +58,7 @@ def resource_process(
     text = manifest_text(template)
     job = yaml.safe_load(text)
     if job.get("kind") == "InferenceService" and job.get("apiVersion") == INFERENCESERVICE_API:
-        return service_process(job, template, cwd, env)
+        return service_process(job, template, cwd, env, port_for)
     if job.get("kind") == "TrainJob" and job.get("apiVersion") == TRAINJOB_API:
         return trainjob_process(job, task_dir, cwd, env)
     inline = {**template, "resource": {**template["resource"], "manifest": text}}

@@ -15,8 +15,10 @@ it. The resource's success/failureCondition are not evaluated: readiness stands 
 them, as torchrun's exit does for a job's conditions.
 
 ``LocalServices`` keeps the run's services: a second apply of the same name replaces the
-process, a delete stops it, and ``stop_all`` (the end of the run, whatever happened)
-stops every one, their process groups and every descendant.
+process at the same URL (the old one stopped first; on the cluster the Service's address
+stays too, so a task given the first URL reaches the new model), a delete stops it, and
+``stop_all`` (the end of the run, whatever happened) stops every one, their process groups
+and every descendant.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,9 +87,14 @@ def rewrite_args(argv: list[str], port: int) -> list[str]:
 
 
 def service_process(
-    isvc: dict[str, Any], template: Mapping[str, Any], cwd: Path, base_env: Mapping[str, str]
+    isvc: dict[str, Any],
+    template: Mapping[str, Any],
+    cwd: Path,
+    base_env: Mapping[str, str],
+    port_for: Callable[[str], int],
 ) -> tuple[ServiceSpec, dict]:
-    """The predictor's first container as a process on a free local port."""
+    """The predictor's first container as a process on the local port ``port_for`` its
+    name gives."""
     named(isvc, "isvc-")
     name = isvc["metadata"]["name"]
     containers = isvc.get("spec", {}).get("predictor", {}).get("containers") or []
@@ -103,7 +110,7 @@ def service_process(
             f"InferenceService {name}: container {container.get('name')} has no command "
             "(the image's entrypoint is not known on this machine)"
         )
-    port = free_port()
+    port = port_for(name)
     env = container_env(container, base_env)
     env["PORT"] = str(port)
     deadline = template.get("activeDeadlineSeconds")
@@ -143,6 +150,13 @@ class LocalServices:
         self._lock = threading.Lock()
         self._services: dict[str, Service] = {}
         self._closed = False  # after stop_all: a late apply is stopped at once
+
+    def port_for(self, name: str) -> int:
+        """The port of the service ``name`` this run started before (a re-apply keeps its
+        URL, as the cluster's Service name does), else a free one."""
+        with self._lock:
+            earlier = self._services.get(name)
+        return int(earlier.url.rsplit(":", 1)[1]) if earlier else free_port()
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """What state.json and the summary show of each service."""

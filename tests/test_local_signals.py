@@ -235,3 +235,104 @@ def _is_rank(pid: int) -> bool:
     except OSError:
         return False
     return b"LOCAL_RANK=" in environ and b"TORCHELASTIC_RUN_ID=" in environ
+
+
+SERVER = """
+import http.server, os, subprocess, sys
+port = int(os.environ["PORT"])
+# a child in a session of its own: only the runner's walk of descendants can stop it
+child = subprocess.Popen(["sleep", "120"], start_new_session=True)
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(f"{os.getpid()} {child.pid} {port}")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+server.serve_forever()
+"""
+SERVING_SCRIPT = r"""
+import json, sys
+from pathlib import Path
+from flows.local.run import run_local
+tmp = Path(sys.argv[1])
+manifest = json.loads((tmp / "workflow.json").read_text())
+sys.exit(run_local(manifest, runs_dir=tmp / "runs", cache_dir=tmp / "cache"))
+"""
+
+
+def serving_workflow(tmp_path: Path) -> dict:
+    """deploy (an InferenceService whose server starts a child) >> a task that waits."""
+    (tmp_path / "server.py").write_text(SERVER)
+    isvc = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": "clf"},
+        "spec": {
+            "predictor": {
+                "containers": [
+                    {
+                        "name": "kserve-container",
+                        "image": "cifar-serve:1",
+                        "command": ["python", str(tmp_path / "server.py"), str(tmp_path / "srv")],
+                        "readinessProbe": {"httpGet": {"path": "/v2/health/ready"}},
+                    }
+                ]
+            }
+        },
+    }
+    wait = f"touch {tmp_path}/waiting; sleep 120"
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "serving"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {
+                    "name": "main",
+                    "dag": {
+                        "tasks": [
+                            {"name": "deploy", "template": "deploy"},
+                            {"name": "wait", "template": "wait", "depends": "deploy"},
+                        ]
+                    },
+                },
+                {"name": "deploy", "resource": {"action": "apply", "manifest": json.dumps(isvc)}},
+                {"name": "wait", "container": {"image": "i", "command": ["sh", "-c", wait]}},
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"),
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+)
+def test_a_signal_stops_the_runs_inferenceservice(tmp_path: Path, signum: int, code: int) -> None:
+    """Issue #22: the run's local InferenceService (and its server's own children) is gone
+    after a stop by signal, and nothing listens on its port."""
+    import psutil
+
+    (tmp_path / "workflow.json").write_text(json.dumps(serving_workflow(tmp_path)))
+    process = _start(textwrap.dedent(SERVING_SCRIPT), tmp_path, ignore_sigint=False)
+    _wait_for(tmp_path / "waiting", process)
+    server, child, port = (int(x) for x in (tmp_path / "srv").read_text().split())
+    assert psutil.Process(server).is_running() and psutil.Process(child).is_running()
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == code, err
+    assert _gone(server) and _gone(child), (server, child)
+    assert not [
+        c
+        for c in psutil.net_connections("tcp")
+        if c.laddr and c.laddr.port == port and c.status == "LISTEN"
+    ]
+    state = state_of(tmp_path / "runs" / "serving")
+    assert state["tasks"]["deploy"]["state"] == "Succeeded"
+    assert state["tasks"]["wait"]["message"] == STOPPED
+    assert state["services"]["clf"]["state"] == "Stopped"
+    assert state["services"]["clf"]["url"] == f"http://127.0.0.1:{port}"

@@ -17,6 +17,7 @@ from typing import Any
 from flows.local.conditions import depends_problems
 from flows.local.expressions import ExpressionError, environment, evaluate, render
 from flows.local.expressions import problems as expression_problems
+from flows.local.resource_checks import resource_problems
 
 # A simple tag {{name}}, or an expression tag {{=expr}} that, as in Argo's templates, ends
 # at the first "}}" (it may hold braces and span lines).
@@ -65,13 +66,6 @@ CONTAINER_IGNORED = {"resources", "securityContext", "ports", "terminationMessag
 STEP_FIELDS = {"name", "template", "arguments", "continueOn", "when", *LOOP_FIELDS}
 TASK_FIELDS = STEP_FIELDS | {"dependencies", "depends"}
 SEQUENCE_FIELDS = {"count", "start", "end", "format"}
-RESOURCE_FIELDS = {
-    "action", "manifest", "manifestFrom", "successCondition", "failureCondition",
-    "setOwnerReference", "flags",
-}  # fmt: skip
-# The one delete run here: the run's own job by Argo's workflow label (an exit handler's)
-DELETABLE_JOBS = ("pytorchjobs.kubeflow.org", "trainjobs.trainer.kubeflow.org")
-WORKFLOW_SELECTOR = "workflows.argoproj.io/workflow={{workflow.name}}"
 RETRY_FIELDS = {"limit", "backoff", "retryPolicy", "affinity", "expression"}
 BACKOFF_FIELDS = {"duration", "factor", "cap", "maxDuration"}
 PARAMETER_FIELDS = {"name", "value", "default", "valueFrom", "globalName", "description", "enum"}
@@ -262,21 +256,7 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
             for step in group:
                 problems += _check_task(f"{where} step {step.get('name')}", step, STEP_FIELDS)
     if "resource" in template:
-        resource = template["resource"]
-        problems += _extra(f"{where}.resource", resource, RESOURCE_FIELDS)
-        if resource.get("action") == "delete":
-            problems += delete_problems(where, resource)
-        elif resource.get("action") != "create":
-            problems.append(f"{where}.resource: action {resource.get('action')!r}")
-        else:
-            problems += [f"{where}.resource: flags"] if "flags" in resource else []
-            text = resource.get("manifest", "")
-            if "manifestFrom" in resource:
-                name = resource["manifestFrom"].get("artifact", {}).get("name")
-                raws = {a.get("name"): a.get("raw", {}) for a in inputs.get("artifacts", [])}
-                text = raws.get(name, {}).get("data", "")
-            if not re.search(r"kind:\s*(PyTorchJob|TrainJob)\b", text):
-                problems.append(f"{where}.resource: a manifest other than a PyTorchJob or TrainJob")
+        problems += resource_problems(where, template)
     retry = template.get("retryStrategy", {})
     problems += _extra(f"{where}.retryStrategy", retry, RETRY_FIELDS)
     if "backoff" in retry:
@@ -307,19 +287,6 @@ def _check_template(where: str, template: Mapping[str, Any]) -> list[str]:
             OUTPUT_ARTIFACT_IGNORED,
         )
     return problems
-
-
-def delete_problems(where: str, resource: Mapping[str, Any]) -> list[str]:
-    """A delete runs locally only as the exit handler's clean-up of the run's own training
-    job: no manifest, flags ``[<PyTorchJob or TrainJob resource>, --selector, <the
-    workflow's label>]``."""
-    flags = resource.get("flags", [])
-    rest = sorted(set(resource) - {"action", "flags"})
-    if rest or len(flags) != 3 or flags[0] not in DELETABLE_JOBS:
-        return [f"{where}.resource: a delete other than of the run's {' or '.join(DELETABLE_JOBS)}"]
-    if flags[1:] not in (["--selector", WORKFLOW_SELECTOR], ["-l", WORKFLOW_SELECTOR]):
-        return [f"{where}.resource: a delete by other than --selector {WORKFLOW_SELECTOR}"]
-    return []
 
 
 def _expr_problems(where: str, text: str | None) -> list[str]:

@@ -26,6 +26,7 @@ from flows.local.retry import (
     retry_placeholders,
 )
 from flows.local.script import script_process
+from flows.local.services import LocalServices, ServiceFailed, ServiceSpec
 from flows.local.signals import STOP_MESSAGE
 from flows.local.tasks import container_process, read_outputs, small_files
 
@@ -43,6 +44,7 @@ class TaskExecution:
     deadline_passed: threading.Event
     sleep: Any
     on_change: Any
+    services: LocalServices
     pod_slots: threading.Semaphore | None  # spec.parallelism: Argo counts the workflow's pods
     _run_composite: Any
 
@@ -157,7 +159,9 @@ class TaskExecution:
             with open(log, "a") as handle:
                 handle.write(f"--- attempt {attempt + 1}: {' '.join(process.argv)}\n")
             spawned = time.perf_counter()
-            if self.pod_slots is None:
+            if isinstance(process, ServiceSpec):  # outlives the node: the run's services
+                code = self._serve(process, record, log)
+            elif self.pod_slots is None:
                 code = self.handler.run(process, log, record.tail)
             else:
                 with self.pod_slots:
@@ -197,6 +201,20 @@ class TaskExecution:
             or f"exited with code {record.exit_code} after {record.attempts} attempt(s)"
         )
 
+    def _serve(self, spec: ServiceSpec, record: TaskRecord, log: Path) -> int:
+        """An InferenceService's apply (ready, or ``ServiceFailed``) or delete."""
+        if not spec.delete:
+            try:
+                return self.services.apply(spec, record.name, log, record.tail, self.stopping)
+            except ServiceFailed as exc:
+                record.exit_code = exc.code
+                raise
+        line = self.services.delete(spec.name)
+        record.tail.append(line)
+        with open(log, "a") as handle:
+            handle.write(line + "\n")
+        return 0
+
     def _process(self, template: dict[str, Any], task_dir: Path) -> tuple[ProcessSpec, dict | None]:
         task_dir.mkdir(parents=True, exist_ok=True)
         if "container" in template:
@@ -204,7 +222,7 @@ class TaskExecution:
         if "script" in template:
             return script_process(template, task_dir, self.cwd, self.env), None
         if "resource" in template:
-            return resource_process(template, task_dir, self.cwd, self.env)
+            return resource_process(template, task_dir, self.cwd, self.env, self.services.port_for)
         raise UnsupportedFeature(
             f"template {template['name']}: only container, script and resource templates "
             "run as pods"

@@ -1,12 +1,13 @@
 """Resource templates as local processes: a PyTorchJob (``flows.local.tasks``) or a
 Kubeflow Trainer v2 TrainJob as one ``torchrun``, the manifest inline or from an input
 artifact's ``raw.data`` (``resource.manifestFrom.artifact``); and the exit handler's
-delete of that job, which locally has nothing left to delete."""
+delete of that job, which locally has nothing left to delete. A KServe InferenceService's
+apply or delete is a ``ServiceSpec`` for the run's services (``flows.local.services``)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -14,8 +15,11 @@ import yaml
 
 from flows.local.checks import UnsupportedFeature
 from flows.local.handlers import ProcessSpec
+from flows.local.resource_checks import INFERENCESERVICE_API, service_delete_name
+from flows.local.services import ServiceSpec, service_process
 from flows.local.tasks import (
     container_env,
+    free_port,
     local_argv,
     named,
     processes_per_node,
@@ -39,12 +43,22 @@ def manifest_text(template: Mapping[str, Any]) -> str:
 
 
 def resource_process(
-    template: Mapping[str, Any], task_dir: Path, cwd: Path, env: Mapping[str, str]
+    template: Mapping[str, Any],
+    task_dir: Path,
+    cwd: Path,
+    env: Mapping[str, str],
+    port_for: Callable[[str], int] = lambda name: free_port(),
 ) -> tuple[ProcessSpec, dict | None]:
+    """``port_for``: an InferenceService's local port by its name."""
     if template["resource"].get("action") == "delete":
+        name = service_delete_name(template["resource"])
+        if name is not None:
+            return ServiceSpec([], dict(env), cwd, name=name, delete=True), None
         return delete_process(template, cwd, env), None
     text = manifest_text(template)
     job = yaml.safe_load(text)
+    if job.get("kind") == "InferenceService" and job.get("apiVersion") == INFERENCESERVICE_API:
+        return service_process(job, template, cwd, env, port_for)
     if job.get("kind") == "TrainJob" and job.get("apiVersion") == TRAINJOB_API:
         return trainjob_process(job, task_dir, cwd, env)
     inline = {**template, "resource": {**template["resource"], "manifest": text}}
@@ -54,7 +68,7 @@ def resource_process(
 def delete_process(template: Mapping[str, Any], cwd: Path, env: Mapping[str, str]) -> ProcessSpec:
     """``kubectl delete --ignore-not-found <job resource> --selector <workflow label>`` as
     Argo runs it, here: the run's job was a torchrun process that has ended, so the delete
-    finds nothing and succeeds, as ``--ignore-not-found`` does (checks.delete_problems
+    finds nothing and succeeds, as ``--ignore-not-found`` does (resource_checks.delete_problems
     refuses any other delete up front)."""
     what = " ".join(template["resource"]["flags"])
     message = f"delete {what}: nothing to delete (a local job ends with its torchrun)"
@@ -63,6 +77,8 @@ def delete_process(template: Mapping[str, Any], cwd: Path, env: Mapping[str, str
 
 def finished_status(job: Mapping[str, Any]) -> dict[str, Any]:
     """The status the operator reports for a job that completed (for jsonPath outputs)."""
+    if job.get("kind") == "InferenceService":  # set when its process was started
+        return dict(job.get("status", {}))
     if job.get("kind") == "TrainJob":
         return {"conditions": [{"type": "Complete", "status": "True"}]}
     return {"replicaStatuses": {"Master": {"succeeded": 1}}}

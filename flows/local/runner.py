@@ -29,6 +29,8 @@ from flows.local.lint import lint
 from flows.local.memo import MemoCache, default_cache_dir
 from flows.local.records import RunResult, TaskRecord, TaskState
 from flows.local.resolve import resolve
+from flows.local.resource_checks import serves
+from flows.local.services import LocalServices
 from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
 from flows.local.steps import StepsExecution
 
@@ -63,6 +65,7 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
         )
         self.run_dir = Path(runs_dir) / self.name
         self.handler = handler or SubprocessHandler()
+        self.services = LocalServices()  # InferenceServices: up until the run ends
         self.memo = MemoCache(cache_dir or default_cache_dir())
         self.cwd = cwd or Path.cwd()
         self.env = dict(os.environ if env is None else env)
@@ -119,6 +122,7 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
             "globals": dict(self.globals),
             "tasks": records,
             "exit_handler": _saved(self.exit_task) if self.exit_task else None,
+            "services": self.services.describe(),
         }
         # the manifest never changes: encoded once, it leads the state as if dumped with it
         if self._manifest_json is None:
@@ -142,6 +146,9 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
             # <wf>.onExit (argo-workflows v4.0.5 workflow/util/util.go FormulateRetryWorkflow)
             if name.split(".", 1)[0] == "onExit":
                 continue
+            # an InferenceService's process ended with the earlier runner: deployed again
+            if serves(runner.templates.get(saved["template"], {})):
+                continue
             if TaskState(saved["state"]).done_ok:
                 record = runner.tasks.setdefault(name, TaskRecord(name, saved["template"]))
                 record.state, record.outputs = TaskState(saved["state"]), saved["outputs"]
@@ -155,24 +162,32 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
         """Run to the end; a stop signal (see ``flows.local.signals``) raises ``RunStopped``
         after the exit handler ran and ``state.json`` was written."""
         with stop_on_signals():
-            self.save_state()
             try:
-                status = self._run_entry()
-            except KeyboardInterrupt as exc:
-                stop = as_stop(exc)
-                for record in self.tasks.values():
-                    if record.state is TaskState.RUNNING:  # its thread was stopped first
-                        record.state, record.message = TaskState.FAILED, STOP_MESSAGE
-                        record.finished = time.time()
-                self._finish("Failed", stop)
-                raise stop from None
-            self._finish(status, None)
-            if self.exit_task and self.exit_task.state.failed:  # Failed or Error
-                status = self.globals["workflow.status"] = "Failed"  # as Argo marks it
+                status = self._run_to_end()
+            finally:  # whatever happened: no InferenceService outlives the run
+                self.services.stop_all()
                 self.save_state()
         return RunResult(
             self.name, status, self.run_dir, self.tasks, self.globals, time.time() - self.started
         )
+
+    def _run_to_end(self) -> str:
+        self.save_state()
+        try:
+            status = self._run_entry()
+        except KeyboardInterrupt as exc:
+            stop = as_stop(exc)
+            for record in self.tasks.values():
+                if record.state is TaskState.RUNNING:  # its thread was stopped first
+                    record.state, record.message = TaskState.FAILED, STOP_MESSAGE
+                    record.finished = time.time()
+            self._finish("Failed", stop)
+            raise stop from None
+        self._finish(status, None)
+        if self.exit_task and self.exit_task.state.failed:  # Failed or Error
+            status = self.globals["workflow.status"] = "Failed"  # as Argo marks it
+            self.save_state()
+        return status
 
     def _finish(self, status: str, stop: RunStopped | None) -> None:
         """Argo's end of a workflow: its status, duration and failures, then the exit handler.

@@ -125,6 +125,13 @@ def print_summary(result: RunResult, runner: LocalRunner, console: Console) -> N
     for key, value in runner.globals.items():  # whole, unwrapped: links to click or copy
         if key.startswith("workflow.outputs.parameters.") and "\n" not in value:
             console.print(f"{key.rsplit('.', 1)[-1]}: {value}", markup=False, highlight=False)
+    for name, service in runner.services.describe().items():  # stopped with the run
+        console.print(
+            f"InferenceService {name}: {service['url']} (task {service['task']}, "
+            f"{service['state']} at the end of the run; log {service['log']})",
+            markup=False,
+            highlight=False,
+        )
     for report in sorted(Path(result.run_dir, "artifacts").glob("*/*.md")):
         console.print(Panel(Markdown(report.read_text()), title=str(report), title_align="left"))
     console.print(f"run directory: {result.run_dir}", highlight=False)

@@ -1,0 +1,394 @@
+"""A KServe InferenceService (``serving.kserve.io/v1beta1``, KServe v0.19.0) resource
+template run locally (issue #22): its predictor's first container as a real process on a
+free 127.0.0.1 port, Ready when its readinessProbe path answers 200, up for the rest of the
+workflow and gone when the run ends; a re-apply replaces it, a delete stops it. The
+servers here are small real HTTP servers written to tmp_path, not the model server."""
+
+from __future__ import annotations
+
+import io
+import re
+import socket
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+from rich.console import Console
+
+from flows.local.checks import UnsupportedFeature, unsupported
+from flows.local.runner import LocalRunner
+from flows.local.services import rewrite_args
+from flows.local.view import print_summary
+from tests.local_examples import run, states
+
+API = "serving.kserve.io/v1beta1"
+RESOURCE = "inferenceservices.serving.kserve.io"
+READY = "/v2/health/ready"
+# modes: ok (ready at once), slow (ready after 0.5 s), never (503 forever), exit N
+SERVER = textwrap.dedent(
+    """
+    import http.server, os, sys, time
+    mode, value = sys.argv[1], sys.argv[2]
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    host = sys.argv[sys.argv.index("--host") + 1]
+    assert port == int(os.environ["PORT"]), (port, os.environ["PORT"])
+    if mode == "exit":
+        sys.exit(int(value))
+    started = time.monotonic()
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ready = mode == "ok" or (mode == "slow" and time.monotonic() - started > 0.5)
+            code, body = (200, value) if self.path == "/value" else (200 if ready else 503, "")
+            self.send_response(code)
+            self.end_headers()
+            self.wfile.write(body.encode())
+        def log_message(self, *args):
+            pass
+    print(f"serving {value} on http://{host}:{port} pid {os.getpid()}", flush=True)
+    http.server.HTTPServer((host, port), Handler).serve_forever()
+    """
+)
+
+
+def isvc(tmp_path: Path, mode: str = "ok", value: str = "v1", name: str = "clf") -> str:
+    """An InferenceService as 22-cluster builds one: port and host args, probes, env."""
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    container = {
+        "name": "kserve-container",
+        "image": "cifar-serve:1",
+        "command": ["python", str(script), mode, value],
+        "args": ["--host", "0.0.0.0", "--port", "8080"],
+        "env": [{"name": "MODEL", "value": value}],
+        "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": READY, "port": 8080}},
+        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": 8080}},
+    }
+    manifest = {
+        "apiVersion": API,
+        "kind": "InferenceService",
+        "metadata": {"name": name, "annotations": {"serving.kserve.io/deploymentMode": "Standard"}},
+        "spec": {"predictor": {"minReplicas": 1, "containers": [container]}},
+    }
+    return yaml.safe_dump(manifest, sort_keys=False)
+
+
+def deploy(name: str, text: str, deadline: float | None = None) -> dict[str, Any]:
+    """The deploy resource template: apply, conditions (not evaluated here), URL outputs."""
+    outputs = [
+        {"name": "url", "valueFrom": {"jsonPath": "{.status.address.url}"}},
+        {"name": "external-url", "valueFrom": {"jsonPath": "{.status.url}"}},
+        {"name": "name", "valueFrom": {"jsonPath": "{.metadata.name}"}},
+    ]
+    template: dict[str, Any] = {
+        "name": name,
+        "resource": {
+            "action": "apply",
+            "manifest": text,
+            "successCondition": "status.conditions.#(type==Ready).status == True",
+            "failureCondition": "status.conditions.#(type==Ready).reason == RolloutFailed",
+        },
+        "outputs": {"parameters": outputs},
+    }
+    if deadline is not None:
+        template["activeDeadlineSeconds"] = deadline
+    return template
+
+
+def curl(name: str = "check") -> dict[str, Any]:
+    """A later task that reaches the service at the URL it was given."""
+    return {
+        "name": name,
+        "inputs": {"parameters": [{"name": "url"}]},
+        "container": {
+            "image": "curlimages/curl:8",
+            "command": ["curl", "-sf", "{{inputs.parameters.url}}/value"],
+        },
+    }
+
+
+def workflow(templates: list[dict[str, Any]], tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "serve"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [{"name": "main", "dag": {"tasks": tasks}}, *templates],
+        },
+    }
+
+
+def task(name: str, template: str, depends: str = "", url_of: str = "") -> dict[str, Any]:
+    """A DAG task; ``url_of``: the deploy task whose ``url`` output it is given."""
+    found: dict[str, Any] = {"name": name, "template": template}
+    if depends:
+        found["depends"] = depends
+    if url_of:
+        url = f"{{{{tasks.{url_of}.outputs.parameters.url}}}}"
+        found["arguments"] = {"parameters": [{"name": "url", "value": url}]}
+    return found
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def assert_gone(pids: list[int], ports: list[int]) -> None:
+    """No process left (nor a child), nothing listening on the ports."""
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+    assert not alive, alive
+    for port in ports:
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still answers"
+        with socket.socket() as sock:  # free to listen on again (TIME_WAIT allowed, as
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # any server does)
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+
+
+def served(runner: LocalRunner) -> dict[str, dict[str, Any]]:
+    return runner.services.describe()
+
+
+def test_the_service_is_up_for_later_tasks_and_gone_after_the_run(tmp_path: Path) -> None:
+    manifest = workflow(
+        [deploy("deploy", isvc(tmp_path, "slow", "answer-42")), curl()],
+        [task("deploy", "deploy"), task("check", "check", "deploy", url_of="deploy")],
+    )
+    runner, result = run(tmp_path, manifest)
+    assert states(result) == {"deploy": "Succeeded", "check": "Succeeded"}, runner.tasks
+    outputs = result.tasks["deploy"].outputs
+    port = port_of(outputs["url"])
+    assert outputs["url"] == outputs["external-url"] == f"http://127.0.0.1:{port}"
+    assert outputs["name"] == "clf"
+    assert result.tasks["check"].result == "answer-42"  # curl reached it at that URL
+    service = served(runner)["clf"]
+    assert (service["url"], service["state"]) == (outputs["url"], "Stopped")
+    assert service["task"] == "deploy"
+    state = yaml.safe_load((result.run_dir / "state.json").read_text())
+    assert state["services"]["clf"]["url"] == outputs["url"]
+    console = Console(file=io.StringIO(), width=300)
+    print_summary(result, runner, console)
+    assert (
+        f"InferenceService clf: {outputs['url']} (task deploy, Stopped" in console.file.getvalue()
+    )
+    log = (result.run_dir / "logs" / "deploy.log").read_text()
+    assert f"serving answer-42 on http://127.0.0.1:{port}" in log  # --host/--port rewritten
+    assert_gone([service["pid"]], [port])
+
+
+NEVER = r"not ready after 2 s \(GET /v2/health/ready on http://127\.0\.0\.1:\d+ never answered"
+EXITS = r"the server exited with code 3 before GET /v2/health/ready"
+
+
+@pytest.mark.parametrize(
+    ("mode", "deadline", "message"),
+    [
+        pytest.param("never", 2, NEVER + r" 200\); stopped", id="never-ready"),
+        pytest.param("exit", None, EXITS, id="exits"),
+    ],
+)
+def test_a_server_that_is_not_ready_fails_the_node_and_is_stopped(
+    tmp_path: Path, mode: str, deadline: float | None, message: str
+) -> None:
+    manifest = workflow(
+        [deploy("deploy", isvc(tmp_path, mode, "3"), deadline), curl()],
+        [task("deploy", "deploy"), task("check", "check", "deploy", url_of="deploy")],
+    )
+    runner, result = run(tmp_path, manifest)
+    assert result.status == "Failed"
+    assert states(result) == {"deploy": "Failed", "check": "Omitted"}
+    record = result.tasks["deploy"]
+    assert "\n" not in record.message
+    assert re.search(message, record.message), record.message
+    assert record.exit_code == (3 if mode == "exit" else None)
+    service = served(runner)["clf"]
+    assert service["state"] == "Stopped"
+    assert_gone([service["pid"]], [port_of(service["url"])])
+
+
+PROBE = """
+import sys, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=5)
+    print("answered")
+except OSError:
+    print("refused")
+"""
+
+
+def test_a_second_apply_replaces_the_process_and_a_delete_stops_it(tmp_path: Path) -> None:
+    """A rollback re-applies the same name with another model: the old process stopped,
+    the new one at the same URL (as the cluster's Service keeps its address), so a task
+    given the deploy's URL reaches the new model. Then a delete by flags (run as
+    ``kubectl delete --ignore-not-found``: argo-workflows v4.0.5
+    workflow/executor/resource.go getKubectlArguments) stops it during the run, and a
+    second delete finds nothing and succeeds."""
+    delete = {"name": "delete", "resource": {"action": "delete", "flags": [RESOURCE, "clf"]}}
+    probe = {
+        "name": "probe",
+        "inputs": {"parameters": [{"name": "url"}]},
+        "container": {"image": "python:3", "command": ["python", "-c", PROBE]},
+    }
+    probe["container"]["args"] = ["{{inputs.parameters.url}}/value"]
+    templates = [
+        deploy("deploy", isvc(tmp_path, "ok", "v1")),
+        deploy("rollback", isvc(tmp_path, "ok", "v0")),
+        curl(),
+        delete,
+        probe,
+    ]
+    tasks = [
+        task("deploy", "deploy"),
+        task("first", "check", "deploy", url_of="deploy"),
+        task("rollback", "rollback", "first"),
+        task("second", "check", "rollback", url_of="deploy"),
+        task("delete", "delete", "second"),
+        task("deleted", "probe", "delete", url_of="deploy"),
+        task("again", "delete", "deleted"),
+    ]
+    runner, result = run(tmp_path, workflow(templates, tasks))
+    assert result.status == "Succeeded", {n: r.message for n, r in result.tasks.items()}
+    url = result.tasks["deploy"].outputs["url"]
+    assert result.tasks["rollback"].outputs["url"] == url
+    assert result.tasks["first"].result == "v1"
+    assert result.tasks["second"].result == "v0"  # the new process answers at that URL
+    assert result.tasks["deleted"].result == "refused"  # nothing there after the delete
+    log = (result.run_dir / "logs" / "deploy.log").read_text()
+    assert "--- InferenceService clf stopped" in log  # replaced by the rollback's apply
+    first_pid = int(re.search(r"pid (\d+)", log).group(1))
+    assert first_pid != served(runner)["clf"]["pid"]
+    assert any("stopped its process" in line for line in result.tasks["delete"].tail)
+    assert any("nothing to delete" in line for line in result.tasks["again"].tail)
+    assert_gone([first_pid, served(runner)["clf"]["pid"]], [port_of(url)])
+
+
+def test_the_manifest_from_a_raw_artifact_runs_too(tmp_path: Path) -> None:
+    """A WorkflowTemplate's deploy carries its manifest as a raw input artifact with the
+    run's parameters in it (as flows/train_step.py does for the job)."""
+    text = isvc(tmp_path, "ok", "{{inputs.parameters.model}}")
+    template = deploy("deploy", "")
+    del template["resource"]["manifest"]
+    template["resource"]["manifestFrom"] = {"artifact": {"name": "manifest"}}
+    raw = {"name": "manifest", "path": "/tmp/manifest.yaml", "raw": {"data": text}}
+    template["inputs"] = {"parameters": [{"name": "model"}], "artifacts": [raw]}
+    deploying = task("deploy", "deploy")
+    deploying["arguments"] = {"parameters": [{"name": "model", "value": "from-artifact"}]}
+    manifest = workflow(
+        [template, curl()], [deploying, task("check", "check", "deploy", url_of="deploy")]
+    )
+    runner, result = run(tmp_path, manifest)
+    assert states(result) == {"deploy": "Succeeded", "check": "Succeeded"}
+    assert result.tasks["check"].result == "from-artifact"
+    service = served(runner)["clf"]
+    assert_gone([service["pid"]], [port_of(service["url"])])
+
+
+FAIL_ONCE = """
+import pathlib, sys
+flag = pathlib.Path(sys.argv[1])
+ok = flag.exists()
+flag.touch()
+sys.exit(0 if ok else 1)
+"""
+
+
+def test_a_resumed_run_deploys_again(tmp_path: Path) -> None:
+    """The earlier runner's process died with it, so --resume runs the deploy again (the
+    later tasks reach a live service) while other succeeded tasks are kept."""
+    flaky = {"name": "flaky", "container": {"image": "i", "command": [sys.executable, "-c"]}}
+    flaky["container"]["args"] = [FAIL_ONCE, str(tmp_path / "second-time")]
+    manifest = workflow(
+        [deploy("deploy", isvc(tmp_path, "ok", "v1")), curl(), flaky],
+        [
+            task("deploy", "deploy"),
+            task("flaky", "flaky", "deploy"),
+            task("check", "check", "flaky", url_of="deploy"),
+        ],
+    )
+    first, result = run(tmp_path, manifest)
+    assert states(result) == {"deploy": "Succeeded", "flaky": "Failed", "check": "Omitted"}
+    old = served(first)["clf"]
+    resumed = LocalRunner.resume(result.run_dir, cache_dir=tmp_path / "cache", cwd=tmp_path)
+    assert "deploy" not in resumed.kept
+    again = resumed.run()
+    assert states(again) == {"deploy": "Succeeded", "flaky": "Succeeded", "check": "Succeeded"}
+    assert again.tasks["check"].result == "v1"
+    new = served(resumed)["clf"]
+    assert new["pid"] != old["pid"]
+    assert_gone([old["pid"], new["pid"]], [port_of(new["url"])])
+
+
+SERVICE = f"apiVersion: {API}\nkind: InferenceService\n"
+MEMO = {"key": "k", "cache": {"configMap": {"name": "c"}}}
+
+
+@pytest.mark.parametrize(
+    ("resource", "extra", "match"),
+    [
+        pytest.param(
+            {"action": "create", "manifest": SERVICE},
+            {},
+            r"other than a PyTorchJob or TrainJob \(or an InferenceService with action apply\)",
+            id="create",
+        ),
+        pytest.param(
+            {"action": "apply", "manifest": "apiVersion: v1\nkind: ConfigMap\n"},
+            {},
+            r"resource: action 'apply'",
+            id="apply-other-kind",
+        ),
+        pytest.param(
+            {"action": "apply", "flags": ["--x"], "manifest": SERVICE},
+            {},
+            r"d.resource: flags",
+            id="apply-flags",
+        ),
+        pytest.param(
+            {"action": "apply", "manifest": SERVICE},
+            {"memoize": MEMO},
+            r"memoize on an InferenceService apply",
+            id="memoized",
+        ),
+        pytest.param(
+            {"action": "delete", "flags": [RESOURCE, "a", "b"]},
+            {},
+            r"a delete other than of the run's",
+            id="delete-two-names",
+        ),
+        pytest.param(
+            {"action": "delete", "flags": [RESOURCE, "--all"]},
+            {},
+            r"a delete other than of the run's",
+            id="delete-all",
+        ),
+    ],
+)
+def test_what_is_not_an_inferenceservice_apply_or_delete_by_name_is_refused(
+    tmp_path: Path, resource: dict[str, Any], extra: dict[str, Any], match: str
+) -> None:
+    manifest = workflow([{"name": "d", "resource": resource, **extra}], [task("d", "d")])
+    assert any(re.search(match, p) for p in unsupported(manifest)), unsupported(manifest)
+    with pytest.raises(UnsupportedFeature, match=match):
+        LocalRunner(manifest, tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--host", "0.0.0.0", "--port", "8080"], ["--host", "127.0.0.1", "--port", "9"]),
+        (["--host=0.0.0.0", "--port=80", "--x", "1"], ["--host=127.0.0.1", "--port=9", "--x", "1"]),
+        (
+            ["--model-uri", "m", "--set", "serving.port=1"],
+            ["--model-uri", "m", "--set", "serving.port=1"],
+        ),
+    ],
+    ids=["separate", "joined", "absent"],
+)
+def test_port_and_host_args_are_rewritten(argv: list[str], expected: list[str]) -> None:
+    assert rewrite_args(argv, 9) == expected

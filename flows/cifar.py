@@ -62,6 +62,7 @@ from flows.manifests.pod import (
     config_args,
     pod_security,
 )
+from flows.serve_tasks import add_serving_tasks, serving_templates
 from flows.train_step import train_templates
 from steps.common.config import PipelineConfig
 
@@ -186,9 +187,11 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
                 artifact_gc=REPORT_GC,
             )
             for n, f in (("report", "report.md"), ("benchmark", "benchmark.json"))
-        ],
+        ]
+        + [_file_output(n, n) for n in ("promoted", "model-version", "previous-version")],
         gpus=c.optimize_gpus,
     )
+    serving = serving_templates(cfg, settings, parameterized=parameterized)
     uris = {"model-uri": f"{root}/model", "optimized-uri": f"{root}/optimized"}
     shared = {"dataset-uri": _out("stage", "dataset-uri"), "run-id": _out("create-run", "run-id")}
     with DAG(name=ENTRYPOINT):
@@ -200,7 +203,13 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
         bench_args = {**shared, **uris, "output-uri": f"{root}/benchmark"}
         for train_task in train_tasks:
             roots >> train_task
-        train_tasks >> optimize_task >> benchmark(name="benchmark", arguments=bench_args)
+        bench_task = benchmark(name="benchmark", arguments=bench_args)
+        train_tasks >> optimize_task >> bench_task
+        if cfg.serving.enabled:
+            report_uri = bench_args["output-uri"]
+            add_serving_tasks(
+                cfg, serving, benchmark=bench_task, shared=shared, report_uri=report_uri
+            )
     define_exit_handler(cfg, settings, link, out_dir)
 
 

@@ -39,6 +39,7 @@ STEP_IMAGES = {
     "stage": "data",
     "optimize": "optimize",
     "benchmark": "optimize",
+    "serve-check": "serve",
     "close-run": "train",
 }
 SECRETS = {  # sentinel values that must never reach a render or a request
@@ -140,6 +141,15 @@ def pods(wf: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None, dict[str,
     for kind, replica in job_of(wf)["spec"]["pytorchReplicaSpecs"].items():
         spec = replica["template"]["spec"]
         found += [(f"train/{kind}", spec.get("securityContext"), c) for c in spec["containers"]]
+    for name in ("deploy", "rollback-apply"):  # the InferenceService's predictor pods
+        resource = templates(wf)[name]["resource"]
+        if "manifest" in resource:
+            text = resource["manifest"]
+        else:
+            (artifact,) = templates(wf)[name]["inputs"]["artifacts"]
+            text = artifact["raw"]["data"]
+        predictor = yaml.safe_load(text)["spec"]["predictor"]
+        found += [(name, predictor.get("securityContext"), c) for c in predictor["containers"]]
     return found
 
 
@@ -167,6 +177,18 @@ def test_dag_order_and_data_flow(path: Path) -> None:
         "train": "create-run && stage",
         "optimize": "train",
         "benchmark": "optimize",
+        "deploy": "benchmark",
+        "serve-check": "deploy",
+        "rollback-apply": "serve-check.Failed",
+        "rollback-delete": "serve-check.Failed",
+    }
+    promoted = "{{tasks.benchmark.outputs.parameters.promoted}} == true"
+    previous = "'{{tasks.benchmark.outputs.parameters.previous-version}}'"
+    assert {n: task.get("when") for n, task in tasks.items() if task.get("when")} == {
+        "deploy": promoted,
+        "serve-check": promoted,
+        "rollback-apply": f"{previous} != ''",
+        "rollback-delete": f"{previous} == ''",
     }
     assert wf["metadata"]["generateName"] == "cifar-" and spec["onExit"] == "exit-handler"
     assert t["exit-handler"]["dag"]["tasks"] == [
@@ -268,7 +290,8 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path, for
 def test_every_pod_runs_as_non_root_without_capabilities(path: Path, form: str) -> None:
     wf = manifest(path, form=form)
     found = pods(wf)
-    assert len(found) == 5 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"])
+    # six steps, the job's replicas, the InferenceService of deploy and of rollback-apply
+    assert len(found) == 6 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
     for where, pod_ctx, container in found:
         ctx = container["securityContext"]
         assert pod_ctx and pod_ctx["runAsNonRoot"] and pod_ctx["runAsUser"] > 0, where
@@ -433,7 +456,9 @@ def test_every_render_passes_the_strict_schema_check(tmp_path: Path) -> None:
             files.append(tmp_path / f"{name}-job-{len(given)}.yaml")
             files[-1].write_text(yaml.safe_dump(job_of(template, **given)))
     documents = sum(len(list(yaml.safe_load_all(f.read_text()))) for f in files)
-    documents += len(configs)  # each inline workflow's embedded PyTorchJob, checked too
+    # each inline workflow's embedded PyTorchJob and its two InferenceServices (deploy and
+    # rollback-apply), checked too
+    documents += 3 * len(configs)
     assert validate(files).endswith(f"{documents} documents checked, 0 problems")
 
 

@@ -144,6 +144,24 @@ CASES = [
      "inputs/model", "--top-k", "11"], {}, 2, "--top-k 11: the model has 10 classes"),
     ("predict: top-k 0", ["-m", "steps.predict", "inputs/cat.png", "--model", "inputs/model",
      "--top-k", "0"], {}, 2, "--top-k 0: must be 1 or more"),
+    ("serve_check: not an http URL", ["-m", "steps.serve_check", "--url", "ftp://host:21",
+     "--dataset", "inputs", "--benchmark", "inputs"], {}, 2,
+     "serve_check: error: --url 'ftp://host:21': not an http:// or https:// URL with a host"),
+    ("serve_check: no benchmark.json", ["-m", "steps.serve_check", "--url", "http://127.0.0.1:9",
+     "--dataset", "inputs", "--benchmark", "inputs"], {}, 2,
+     "--benchmark inputs/benchmark.json: no such file; pass the benchmark step's output"),
+    ("serve_check: not a benchmark.json", ["-m", "steps.serve_check", "--url",
+     "http://127.0.0.1:9", "--dataset", "inputs", "--benchmark", "inputs/cat.png"], {}, 2,
+     "--benchmark inputs/cat.png: not a benchmark.json (steps.benchmark's report)"),
+    ("serve_check: a JSON that is no report", ["-m", "steps.serve_check", "--url",
+     "http://127.0.0.1:9", "--dataset", "inputs", "--benchmark", '{"variants": {}}'], {}, 2,
+     "--benchmark: not a benchmark.json (steps.benchmark's report)"),
+    ("serve_check: batch past the request limit", ["-m", "steps.serve_check", "--url",
+     "http://127.0.0.1:9", "--dataset", "inputs", "--benchmark", "inputs", "--batch", "2000"],
+     {}, 2, "--batch 2000: use 1..1024"),
+    ("serve_check: not a dataset", ["-m", "steps.serve_check", "--url", "http://127.0.0.1:9",
+     "--dataset", "inputs", "--benchmark", '{"variants": {"eager": {"accuracy": 1}}, '
+     '"test_images": 10}'], {}, 2, "no manifest.json, so not a staged dataset"),
 ]  # fmt: skip
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from steps.benchmark import step as benchmark
-from steps.benchmark.registry import decide
+from steps.benchmark.registry import decide, previous_version
 from steps.benchmark.report import plot_figure
 from steps.common.config import ConfigError, PipelineConfig
 from steps.common.inference import InputError
@@ -201,6 +201,23 @@ def test_promotion_decision(challenger, champion, promoted: bool, reason: str) -
     assert re.search(reason, decision["reason"])
 
 
+@pytest.mark.parametrize(
+    ("champion", "previous"),
+    [
+        (None, ""),
+        ({"version": "4", "mlflow_run_id": "other", "previous_champion": "3"}, "4"),
+        ({"version": "4", "mlflow_run_id": "this", "previous_champion": "3"}, "3"),
+        ({"version": "4", "mlflow_run_id": "this", "previous_champion": "none"}, ""),
+        ({"version": "4", "mlflow_run_id": None, "previous_champion": None}, "4"),
+    ],
+    ids=["first", "another-run", "retry-of-this-run", "retry-of-a-first", "tagged-by-hand"],
+)
+def test_previous_version_is_never_this_runs_own(champion, previous: str) -> None:
+    # A retried benchmark finds its first attempt's version on the alias: the champion
+    # before the run is the one that version replaced.
+    assert previous_version(champion, "this") == previous
+
+
 def test_registry_promotes_the_better_model_only(
     bundle: Bundle,  # noqa: F811
     tmp_path: Path,
@@ -238,9 +255,14 @@ def test_registry_promotes_the_better_model_only(
         summary = json.loads((tmp_path / f"o{i}" / "summary.json").read_text())
         assert summary["promoted"] is outcome["promoted"]
     assert outcomes == [True, True, False]
+    # Who held the alias before each run: what a failed live check moves it back to.
+    previous = [(tmp_path / f"o{i}" / "previous-version").read_text() for i in range(3)]
+    assert previous == ["", "1", "2"]
     client = mlflow.MlflowClient(mlflow_server.uri)
     champion = client.get_model_version_by_alias(name, "champion")
     assert champion.version == "2"
+    assert champion.tags["previous_champion"] == "1"
+    assert client.get_model_version(name, "1").tags["previous_champion"] == "none"
     assert champion.tags["dataset_digest"] == bundle.dataset_uri.rsplit("/", 1)[1]
     assert champion.tags["best_variant"] in ("eager", "torchscript")
     assert champion.tags["promotion"].startswith("promoted: accuracy")

@@ -2,7 +2,10 @@
 
 Every benchmarked model is logged (``log_model(..., name=...)``, torch.export format, so it
 reloads without this code), reloaded once, and registered as a new version tagged with its
-dataset digest, workflow, image, best variant and numbers. The alias (``champion``) moves to
+dataset digest, workflow, image, best variant and numbers, and with the version that held
+the alias before (``previous_champion``, ``none`` if none; also ``previous_version`` in the
+decision and the step's ``previous-version`` output): what ``steps.serve_check`` moves the
+alias back to when the live endpoint fails its check. The alias (``champion``) moves to
 it only if its test accuracy is no worse than the champion's by more than
 ``benchmark.accuracy_margin`` (absolute) and its p50 latency at the gate batch no worse by
 more than ``benchmark.latency_margin`` (relative). Latencies measured on different hardware
@@ -26,6 +29,8 @@ from steps.common.config import PipelineConfig
 from steps.common.inference import TrainedModel
 
 LOGGED_NAME = "classifier"
+PREVIOUS_TAG = "previous_champion"  # on a version: who held the alias before this run's
+NO_PREVIOUS = "none"  # the tag's value for a first champion (the decision says "")
 
 
 class RegistryError(RuntimeError):
@@ -92,6 +97,8 @@ def _champion(client, name: str, alias: str) -> dict[str, Any] | None:
             "gate_batch": int(tags["gate_batch"]) if tags.get("gate_batch") else None,
             "device_name": tags.get("device_name"),
             "dataset_digest": tags.get("dataset_digest"),
+            "mlflow_run_id": tags.get("mlflow_run_id"),
+            "previous_champion": tags.get(PREVIOUS_TAG),
         }
     except (KeyError, ValueError):
         # A champion set by hand without our tags: compare on nothing, promote nothing.
@@ -181,11 +188,13 @@ def register_and_gate(
     version = str(info.registered_model_version)
     champion = _champion(client, bench.registered_model, bench.alias)
     decision = decide(challenger, champion, cfg)
+    previous = previous_version(champion, tags.get("mlflow_run_id"))
     numbers = {
         "accuracy": f"{challenger['accuracy']:.6f}",
         "p50_ms": f"{challenger['p50_ms']:.6f}",
         "gate_batch": str(challenger["gate_batch"]),
         "device_name": challenger["device_name"],
+        PREVIOUS_TAG: previous or NO_PREVIOUS,
     }
     try:
         for key, value in {**tags, **numbers}.items():
@@ -206,7 +215,20 @@ def register_and_gate(
         "alias": bench.alias,
         "version": version,
         "model_uri": info.model_uri,
+        "previous_version": previous,
     }
+
+
+def previous_version(champion: dict[str, Any] | None, run_id: str | None) -> str:
+    """The version that held the alias before this pipeline run: the champion, unless a
+    first attempt of this same run (a retried benchmark) promoted it; then the one that
+    version replaced, so a rollback never lands on this run's own model. "" for none."""
+    if champion is None:
+        return ""
+    if run_id and champion.get("mlflow_run_id") == run_id:
+        earlier = champion.get("previous_champion") or NO_PREVIOUS
+        return "" if earlier == NO_PREVIOUS else earlier
+    return str(champion["version"])
 
 
 def promote_best(
@@ -239,7 +261,7 @@ def promote_best(
         "model_uri": report["model_uri"],
         "mlflow_run_id": run_id,
     }
-    served = None
+    served, fastest = None, {}
     if pixels is not None:
         from steps.common.runtime import read_variants
         from steps.common.serving.log import portable_fastest
@@ -252,4 +274,6 @@ def promote_best(
             def served():
                 return log_served_and_reload(cfg, trained, report, pixels, fastest)
 
-    return register_and_gate(cfg, trained, example, challenger, tags, served)
+    decision = register_and_gate(cfg, trained, example, challenger, tags, served)
+    # What the registered model runs per request size: the live check's expected accuracy.
+    return {**decision, "served_by_batch": fastest if served else {}}

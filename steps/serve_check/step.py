@@ -1,0 +1,210 @@
+"""Check the live endpoint: the staged test split over HTTP, as the benchmark measured it.
+
+    python -m steps.serve_check --url URL --dataset DATASET_URI --benchmark BENCHMARK
+        [--mlflow-run-id ID] [--outputs-dir DIR] [--batch 32] [--timeout-s 60]
+        [--wait-s 60] [--time-limit-s 600] [--config F] [--set k=v ...] [--debug]
+
+BENCHMARK is the benchmark step's ``benchmark.json``: a path or URI to it, its report URI
+(the file in it is read), or the document itself (``{...}``, as an Argo parameter carries
+it). The check waits for ``GET URL/ping`` (``--wait-s``), then sends the first
+``serving.check_samples`` test images (default: the ``test_images`` the benchmark measured
+accuracy on) to ``URL/invocations`` in requests of ``--batch`` images, at each of
+``serving.check_concurrency``; every request answered with one class in 0..9 per image.
+The served accuracy must lie within ``benchmark.accuracy_margin`` of the benchmark's
+accuracy for what the registered model runs (``promotion.served_by_batch``: the variants
+its dispatcher picks; the eager FP32 model where it registered no pyfunc), at every
+concurrency. Failing that, or unreachable, or past ``--time-limit-s``: the alias moves back
+to the previous champion (``steps.serve_check.rollback``), the step prints one line naming
+both, and exits 1. Outputs: ``passed``, ``accuracy``, ``previous-version``, ``summary.json``;
+MLflow: ``serving/...`` metrics, ``serving.url`` tag and a line in the run's description
+(``steps.serve_check.report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+from urllib.parse import urlparse
+
+from steps.common.config import PipelineConfig, StorageConfig, load_config
+from steps.common.dataset import read_manifest, read_split
+from steps.common.step_cli import add_common, run_main, tracking_wanted, write_outputs
+from steps.common.storage import open_store
+from steps.common.storage.uri import split_uri
+from steps.serve_check.http import BadAnswer, Endpoint, Unreachable, encode
+from steps.serve_check.load import Batches, TimedOut, measure
+from steps.serve_check.report import log_check, outputs, summary
+
+
+class BadInput(ValueError):
+    """A command-line value the check cannot use (exit 2)."""
+
+
+class CheckFailed(RuntimeError):
+    """The live check failed; the message names what failed and what was rolled back."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m steps.serve_check", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--url", required=True, help="the endpoint, e.g. http://127.0.0.1:8080")
+    parser.add_argument("--dataset", required=True, help="DATASET_URI (its test split is sent)")
+    parser.add_argument("--benchmark", required=True, help="benchmark.json: path, URI or JSON")
+    parser.add_argument("--batch", type=int, default=32, help="images per request")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="connect/read timeout")
+    parser.add_argument("--wait-s", type=float, default=60.0, help="wait for GET /ping 200")
+    parser.add_argument("--time-limit-s", type=float, default=600.0, help="the whole check")
+    add_common(parser)
+    return parser
+
+
+def check_url(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise BadInput(f"--url {url!r}: not an http:// or https:// URL with a host")
+    return url.rstrip("/")
+
+
+def read_benchmark(value: str, storage: StorageConfig) -> dict[str, Any]:
+    """The benchmark document from its text, its file, or the report URI holding it."""
+    text, where = value, "--benchmark"
+    if not value.lstrip().startswith("{"):
+        uri = value
+        store, key = split_uri(uri, storage)
+        if not store.exists(key):  # a report URI: the benchmark.json in it
+            uri = f"{value.rstrip('/')}/benchmark.json"
+            store, key = split_uri(uri, storage)
+        if not store.exists(key):
+            raise BadInput(f"--benchmark {uri}: no such file; pass the benchmark step's output")
+        text, where = store.read_bytes(key).decode(errors="replace"), f"--benchmark {uri}"
+    try:
+        doc = json.loads(text)
+        doc["variants"]["eager"]["accuracy"], doc["test_images"]
+    except (ValueError, KeyError, TypeError):
+        raise BadInput(f"{where}: not a benchmark.json (steps.benchmark's report)") from None
+    return doc
+
+
+def expected_accuracy(doc: dict[str, Any]) -> tuple[float, float, str]:
+    """The benchmark's accuracy for what the registered model runs: the lowest and highest
+    of the variants its dispatcher picks (concurrent requests may be batched onto another),
+    and their names."""
+    served = doc.get("promotion", {}).get("served_by_batch") or {"any": "eager"}
+    names = sorted(set(served.values()))
+    try:
+        values = [float(doc["variants"][name]["accuracy"]) for name in names]
+    except (KeyError, TypeError, ValueError):
+        raise BadInput(f"--benchmark: no measured accuracy for {', '.join(names)}") from None
+    return min(values), max(values), ", ".join(names)
+
+
+def check_batches(dataset: str, cfg: PipelineConfig, doc: dict[str, Any], batch: int) -> Batches:
+    """The first images of the test split, as many as the benchmark measured (or
+    ``serving.check_samples``), encoded once in requests of ``batch``."""
+    store = open_store(dataset, cfg.storage)
+    images, labels = read_split(store, read_manifest(store), "test")
+    count = min(cfg.serving.check_samples or int(doc["test_images"]), len(labels))
+    starts = range(0, count, batch)
+    return Batches(
+        [encode(images[i : min(i + batch, count)]) for i in starts],
+        [labels[i : min(i + batch, count)] for i in starts],
+    )
+
+
+def run_check(args: argparse.Namespace, cfg: PipelineConfig, batches: Batches, expected) -> dict:
+    """Every concurrency in turn; ``failure`` names the first thing that went wrong."""
+    endpoint = Endpoint(args.url, args.timeout_s)
+    deadline = time.monotonic() + args.time_limit_s
+    results: list[dict[str, Any]] = []
+    failure = None
+    try:
+        endpoint.wait_ready(min(args.wait_s, args.time_limit_s))
+        for concurrency in sorted(set(cfg.serving.check_concurrency)):
+            results.append(measure(endpoint, batches, concurrency, deadline))
+    except Unreachable as exc:
+        failure = f"{args.url} unreachable: {exc}"
+    except BadAnswer as exc:
+        failure = f"{args.url}: {exc}"
+    except TimedOut as exc:
+        failure = f"{args.url}: check not done within {args.time_limit_s:g} s ({exc})"
+    finally:
+        endpoint.close()
+    low, high, names = expected
+    margin = cfg.benchmark.accuracy_margin
+    for result in results if failure is None else []:
+        if not low - margin - 1e-9 <= result["accuracy"] <= high + margin + 1e-9:
+            failure = (
+                f"served accuracy {result['accuracy']:.4f} at concurrency "
+                f"{result['concurrency']} is not the benchmark's {_span(low, high)} "
+                f"({names}) within {margin:g}"
+            )
+            break
+    return {"results": results, "failure": failure}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    start = time.perf_counter()
+    cfg = load_config(args.config, args.overrides)
+    args.url = check_url(args.url)
+    if not 1 <= args.batch <= cfg.serving.max_request_images:
+        raise BadInput(f"--batch {args.batch}: use 1..{cfg.serving.max_request_images}")
+    if min(args.timeout_s, args.wait_s, args.time_limit_s) <= 0:
+        raise BadInput("--timeout-s, --wait-s and --time-limit-s must be more than 0")
+    doc = read_benchmark(args.benchmark, cfg.storage)
+    expected = expected_accuracy(doc)
+    batches = check_batches(args.dataset, cfg, doc, args.batch)
+    tracked = None
+    if tracking_wanted(cfg, args.mlflow_run_id):  # before the check: fail early
+        from steps.common.tracking import open_run
+
+        tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="serve-check")
+    check = run_check(args, cfg, batches, expected)
+    promotion = doc.get("promotion", {})
+    decision = None
+    if check["failure"]:
+        decision = _roll_back(cfg, promotion, check["failure"], tracked is not None)
+    result = summary(start, args.url, batches, expected, cfg, doc, check, decision)
+    if tracked:
+        try:
+            log_check(tracked.run_id, result)
+        finally:
+            tracked.finish(check["failure"] is None)
+    write_outputs(args.outputs_dir, outputs(result))
+    if check["failure"]:
+        raise CheckFailed(f"{check['failure']}; {decision}")
+    print(f"serve-check passed: {args.url} accuracy {result['accuracy']:.4f}")
+    return result
+
+
+def _roll_back(cfg: PipelineConfig, promotion: dict[str, Any], failure: str, tracked: bool) -> str:
+    """The alias back to the champion before this run, or why not."""
+    version = promotion.get("version")
+    if not version:
+        return "the benchmark registered nothing: no alias to move back"
+    if not promotion.get("promoted"):
+        return f"v{version} was not promoted: the alias was not this run's to move back"
+    if not tracked:
+        return "MLflow tracking is off here: the registry was not touched"
+    import mlflow
+
+    from steps.serve_check.rollback import RollbackError, roll_back
+
+    name = promotion.get("registered_model") or cfg.benchmark.registered_model
+    alias = promotion.get("alias") or cfg.benchmark.alias
+    previous = str(promotion.get("previous_version") or "")
+    try:
+        return roll_back(mlflow.MlflowClient(), name, alias, str(version), previous, failure)
+    except RollbackError as exc:
+        return f"rollback failed: {exc}"
+
+
+def _span(low: float, high: float) -> str:
+    return f"{low:.4f}" if low == high else f"{low:.4f}..{high:.4f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_main("serve_check", run, args, user_errors=(BadInput,))

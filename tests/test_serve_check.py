@@ -1,0 +1,256 @@
+"""steps.serve_check against a real endpoint: the champion pyfunc the benchmark registers,
+served by the real ``mlflow models serve`` (the scoring protocol ``python -m steps.serve``
+speaks too), and a real ``mlflow server`` holding the registry and the pipeline's run.
+
+A passing check measures the benchmark's accuracy and logs it; a check made to fail for
+real (a benchmark.json claiming another accuracy than the endpoint serves, or nothing
+listening) moves the alias back to the previous champion, or removes it after a first
+deployment, logs the decision and exits 1; a retried check does not roll back twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.exceptions import MlflowException
+
+from steps.benchmark import step as benchmark
+from steps.serve_check import step as serve_check
+from steps.serve_check.report import merged_note
+from tests.servers import free_port
+from tests.test_benchmark import bench_args
+from tests.test_optimize_support import Bundle, bundle  # noqa: F401
+
+NAME = "serve-check-test"
+CHECK = ["serving.check_concurrency=[1, 4]"]
+
+
+@pytest.fixture(scope="module")
+def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:  # noqa: F811
+    """The pipeline's run, and v1 of NAME promoted into it by the real benchmark step."""
+    root = tmp_path_factory.mktemp("serve-check")
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = mlflow_server.uri
+    try:
+        client = mlflow.MlflowClient(mlflow_server.uri)
+        experiment = client.create_experiment(f"serve-check-{time.time_ns()}")
+        run_id = client.create_run(experiment).info.run_id
+        args = bench_args(
+            bundle.model_uri,
+            bundle.optimized_uri,
+            bundle.dataset_uri,
+            root / "report",
+            f"benchmark.registered_model={NAME}",
+            "benchmark.rounds=1",
+            outputs_dir=root / "bench-outputs",
+        )
+        args.mlflow_run_id = run_id
+        result = benchmark.run(args)
+    finally:
+        os.environ.pop("MLFLOW_TRACKING_URI") if old is None else os.environ.update(
+            MLFLOW_TRACKING_URI=old
+        )
+    doc = json.loads((root / "report" / "benchmark.json").read_text())
+    return {"root": root, "result": result, "doc": doc, "run_id": run_id, "client": client}
+
+
+@pytest.fixture(scope="module")
+def served(champion: dict, mlflow_server) -> Iterator[str]:
+    """``mlflow models serve`` of v1 on 127.0.0.1 (by version: the tests move the alias)."""
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server.uri}
+    env.pop("PYTHONPATH", None)  # the served model must not need this repository
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{NAME}/1"]
+    command += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
+    log_path = champion["root"] / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            command, env=env, cwd=champion["root"], stdout=log, stderr=log, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/ping", timeout=2)
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(log_path.read_text()) from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def check_argv(url: str, champion: dict, bench: str, out: Path, *sets: str) -> list[str]:
+    argv = ["--url", url, "--dataset", champion["doc"]["dataset_uri"], "--benchmark", bench]
+    argv += ["--mlflow-run-id", champion["run_id"], "--outputs-dir", str(out)]
+    argv += ["--wait-s", "2", "--time-limit-s", "120", "--timeout-s", "30"]
+    for item in [*CHECK, *sets]:
+        argv += ["--set", item]
+    return argv
+
+
+def alias_version(client, alias: str = "champion") -> str | None:
+    try:
+        return client.get_model_version_by_alias(NAME, alias).version
+    except MlflowException:
+        return None
+
+
+def test_benchmark_records_what_the_champion_serves_and_replaced(champion: dict) -> None:
+    promotion = champion["doc"]["promotion"]
+    assert promotion["promoted"] and promotion["version"] == "1"
+    assert promotion["previous_version"] == ""  # a first champion
+    assert promotion["served_by_batch"]  # the pyfunc's dispatch table, variants measured
+    assert (champion["root"] / "bench-outputs" / "previous-version").read_text() == ""
+    tags = champion["client"].get_model_version(NAME, "1").tags
+    assert tags["previous_champion"] == "none"
+
+
+def test_a_passing_check_logs_the_served_numbers(
+    champion: dict, served: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_server
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    report = str(champion["root"] / "report")  # the report URI: its benchmark.json is read
+    args = serve_check.build_parser().parse_args(check_argv(served, champion, report, tmp_path))
+    result = serve_check.run(args)
+    doc, client = champion["doc"], champion["client"]
+    low, high, _ = serve_check.expected_accuracy(doc)
+    margin = 0.002  # benchmark.accuracy_margin's default
+    assert result["passed"] and result["images"] == doc["test_images"]
+    assert low - margin <= result["accuracy"] <= high + margin
+    assert set(result["by_concurrency"]) == {"1", "4"}
+    assert (tmp_path / "passed").read_text() == "true"
+    assert float((tmp_path / "accuracy").read_text()) == pytest.approx(result["accuracy"])
+    assert (tmp_path / "previous-version").read_text() == ""
+    run = client.get_run(champion["run_id"])
+    metrics = run.data.metrics
+    assert metrics["serving/accuracy"] == pytest.approx(result["accuracy"])
+    for n in (1, 4):
+        cell = result["by_concurrency"][str(n)]
+        assert 0 < cell["p50_ms"] <= cell["p99_ms"] and cell["requests_per_s"] > 0
+        assert metrics[f"serving/c{n}/p99_ms"] == pytest.approx(cell["p99_ms"])
+    assert metrics["serving/p50_ms"] == pytest.approx(result["by_concurrency"]["1"]["p50_ms"])
+    by4 = result["by_concurrency"]["4"]["requests_per_s"]
+    assert metrics["serving/requests_per_s"] == pytest.approx(by4)
+    assert run.data.tags["serving.url"] == served
+    note = run.data.tags["mlflow.note.content"]
+    assert note.startswith("**Test accuracy** ")  # the benchmark's description is kept
+    assert f"**Endpoint** `{served}`: live check passed: accuracy " in note
+    assert alias_version(client) == "1"
+
+
+def failed_doc(champion: dict, version: str, previous: str, claimed: float | None) -> dict:
+    """benchmark.json as the benchmark of a run promoting ``version`` over ``previous``
+    writes it; ``claimed``: the accuracy it says the served variants have."""
+    doc = json.loads(json.dumps(champion["doc"]))
+    doc["promotion"].update(version=version, previous_version=previous, promoted=True)
+    if claimed is not None:
+        for name in set(doc["promotion"]["served_by_batch"].values()):
+            doc["variants"][name]["accuracy"] = claimed
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("cause", "previous", "failed", "decision"),
+    [
+        ("accuracy", "1", "is not the benchmark's 0.5000 (",
+         "alias champion of serve-check-test moved back from v{v} to v1"),
+        ("accuracy", "", "is not the benchmark's 0.5000 (",
+         "alias champion of serve-check-test removed (v{v} was the first champion)"),
+        ("unreachable", "1", "unreachable: ",
+         "alias champion of serve-check-test moved back from v{v} to v1"),
+    ],
+    ids=["wrong-accuracy-back-to-previous", "first-deployment-alias-removed", "unreachable"],
+)  # fmt: skip
+def test_a_failed_check_rolls_back_once(
+    champion: dict,
+    served: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    mlflow_server,
+    cause: str,
+    previous: str,
+    failed: str,
+    decision: str,
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    client = champion["client"]
+    # This run's champion: a new version of the same model, promoted over ``previous``.
+    version = client.create_model_version(NAME, f"models:/{NAME}/1").version
+    client.set_registered_model_alias(NAME, "champion", version)
+    doc = failed_doc(champion, version, previous, 0.5 if cause == "accuracy" else None)
+    bench = tmp_path / "benchmark.json"
+    bench.write_text(json.dumps(doc))
+    url = served if cause == "accuracy" else f"http://127.0.0.1:{free_port()}"
+    expected = decision.format(v=version)
+    for attempt in (1, 2):  # the retry finds the alias already back: it moves nothing
+        out = tmp_path / f"out{attempt}"
+        code = serve_check.main(check_argv(url, champion, str(bench), out))
+        assert code == 1
+        err = capsys.readouterr().err
+        (line,) = [line for line in err.splitlines() if "error:" in line]
+        assert "Traceback" not in err
+        assert line.startswith("serve_check: error: ") and failed in line, line
+        if attempt == 1:
+            assert line.endswith(expected), line
+        else:
+            assert "nothing to roll back" in line, line
+        assert alias_version(client) == (previous or None)
+        assert (out / "passed").read_text() == "false"
+        assert (out / "previous-version").read_text() == previous
+    run = client.get_run(champion["run_id"])
+    assert failed in run.data.tags["serving.rollback"]
+    note = run.data.tags["mlflow.note.content"]
+    assert note.count("**Rollback**") == 1 and "nothing to roll back" in note  # the retry's
+    assert note.count("**Endpoint**") == 1 and "live check FAILED" in note
+    assert failed in client.get_model_version(NAME, version).tags["serving.rollback"]
+    client.set_registered_model_alias(NAME, "champion", "1")  # as the other tests expect
+
+
+def test_an_alias_moved_since_by_another_run_is_left_alone(
+    champion: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_server
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    client = champion["client"]
+    doc = failed_doc(champion, "99", "1", None)  # this run's v99 lost the alias to v1 since
+    bench = tmp_path / "benchmark.json"
+    bench.write_text(json.dumps(doc))
+    url = f"http://127.0.0.1:{free_port()}"
+    args = serve_check.build_parser().parse_args(check_argv(url, champion, str(bench), tmp_path))
+    with pytest.raises(serve_check.CheckFailed, match=r"already back on v1: nothing to roll"):
+        serve_check.run(args)
+    client.set_registered_model_alias(NAME, "champion", "1")
+    doc = failed_doc(champion, "99", "", None)
+    bench.write_text(json.dumps(doc))
+    with pytest.raises(serve_check.CheckFailed, match=r"points at v1, not this run's v99: left"):
+        serve_check.run(args)
+    assert alias_version(client) == "1"
+
+
+@pytest.mark.parametrize(
+    ("note", "lines", "merged"),
+    [
+        ("", ["**Endpoint** a"], "**Endpoint** a"),
+        ("**Test accuracy** 1\n", ["**Endpoint** a"], "**Test accuracy** 1\n\n**Endpoint** a"),
+        ("x\n\n**Endpoint** old\n\n**Rollback** old", ["**Endpoint** b"], "x\n\n**Endpoint** b"),
+    ],
+    ids=["empty", "after-the-benchmark", "a-retry-replaces"],
+)
+def test_the_description_keeps_the_benchmark_and_one_endpoint_block(
+    note: str, lines: list[str], merged: str
+) -> None:
+    assert merged_note(note, lines) == merged

@@ -258,6 +258,16 @@ def test_registry_promotes_the_better_model_only(
     # Who held the alias before each run: what a failed live check moves it back to.
     previous = [(tmp_path / f"o{i}" / "previous-version").read_text() for i in range(3)]
     assert previous == ["", "1", "2"]
+    # What the deploy task reads: whether the alias moved, to which version (3: rejected)
+    read = [
+        {n: (tmp_path / f"o{i}" / n).read_text() for n in ("promoted", "model-version")}
+        for i in range(3)
+    ]
+    assert read == [
+        {"promoted": "true", "model-version": "1"},
+        {"promoted": "true", "model-version": "2"},
+        {"promoted": "false", "model-version": "3"},
+    ]
     client = mlflow.MlflowClient(mlflow_server.uri)
     champion = client.get_model_version_by_alias(name, "champion")
     assert champion.version == "2"

@@ -10,7 +10,8 @@ Per batch size: p50/p90/p99 latency, images/s, peak memory (``steps.benchmark.ti
 per variant: test-set accuracy. Writes ``benchmark.json``, ``report.md`` and ``benchmark.png`` under
 REPORT_URI (``benchmark.json`` last), and into the outputs dir ``report.md``,
 ``benchmark.json``, ``previous-version`` (the version that held the alias before this run,
-"" if none) and ``summary.json`` (seconds, best_variant, promoted). With MLflow on,
+"" if none), ``promoted`` (true/false), ``model-version`` (the registered version, "" if
+none) and ``summary.json`` (seconds, best_variant, promoted). With MLflow on,
 logs the numbers as a table (``benchmark/table.json``), a few ``bench/...``
 headline metrics, the run's description and the files, then registers the model and
 moves the alias only if it passes the gate (``steps.benchmark.registry``).
@@ -125,7 +126,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     outputs = {name: files[name].decode() for name in ("report.md", "benchmark.json")}
     # The champion before this run ("" if none): what a failed live check rolls back to.
-    outputs["previous-version"] = report["promotion"].get("previous_version", "")
+    promotion = report["promotion"]
+    outputs["previous-version"] = promotion.get("previous_version", "")
+    # What the deploy task reads: whether the alias moved, and to which registry version.
+    outputs["promoted"] = "true" if promotion["promoted"] else "false"
+    outputs["model-version"] = str(promotion.get("version", ""))
     write_outputs(args.outputs_dir, {**outputs, "summary.json": summary})
     print(store.root)
     return {**summary, "report": report}

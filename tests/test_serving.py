@@ -36,7 +36,7 @@ from tests.test_optimize_support import Bundle, bundle  # noqa: F401
 NAME = "cifar10-classifier"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:  # noqa: F811
     root = tmp_path_factory.mktemp("serving")
     env = {"MLFLOW_TRACKING_URI": mlflow_server.uri}
@@ -58,7 +58,7 @@ def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:  # noqa: 
     return {"root": root, "result": result, "uri": mlflow_server.uri}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served(champion: dict) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"]}

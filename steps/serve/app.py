@@ -110,7 +110,9 @@ class ServingApp:
             if body is None:
                 await respond(send, 413, too_large)
                 return
-            images = predictor.parse(body)
+            # Queued before it stops counting as arriving: the batcher, seeing neither,
+            # would run without it.
+            pending = batcher.enqueue(predictor.parse(body), encode)
         except MlflowException as exc:
             await respond(send, *error_body(exc))
             return
@@ -122,7 +124,7 @@ class ServingApp:
         finally:
             batcher.arriving -= 1
         try:
-            answer = await batcher.submit(images, encode)
+            answer = await pending
         except Exception as exc:  # the model failed on this batch: one line, as MLflow's 500
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             await respond(send, 500, _message("INTERNAL_ERROR", f"{type(exc).__name__}: {line}"))

@@ -62,13 +62,14 @@ class Batcher:
             self._queue.put(None)
             self._thread.join(timeout_s)
 
-    async def submit(self, images: np.ndarray, finish: FinishFn) -> Any:
-        """``finish(results)`` of ``images`` once their batch ran (called on the inference
-        thread, so a response is encoded there and not on the event loop)."""
+    def enqueue(self, images: np.ndarray, finish: FinishFn) -> asyncio.Future:
+        """Queue ``images`` (on the event loop's thread); the future is ``finish(results)``
+        once their batch ran (``finish`` runs on the inference thread, so a response is
+        encoded there and not on the event loop)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._queue.put(Job(images, future, loop, finish))
-        return await future
+        return future
 
     def _collect(self, first: Job) -> tuple[list[Job], Job | None, bool]:
         """The batch that starts with ``first``; the job that did not fit (first of the

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,9 +95,8 @@ def fetch_model(uri: str, cfg: PipelineConfig, into: Path) -> Path:
     from mlflow.artifacts import download_artifacts
     from mlflow.exceptions import MlflowException
 
-    local = (
-        Path(uri.removeprefix("file://")) if "://" not in uri or uri.startswith("file://") else None
-    )
+    scheme = urllib.parse.urlsplit(uri).scheme  # models:/x has no "//"
+    local = Path(uri.removeprefix("file://")) if scheme in ("", "file") else None
     if local is not None:
         path = local
     else:

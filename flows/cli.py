@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -264,10 +265,19 @@ def serve(argv: list[str]) -> int:
         print(f"cifar: error: {exc}", file=sys.stderr)
         return 2
     process = subprocess.Popen(command, env=env)
+
+    def stop(signum: int, frame: object) -> None:
+        # A terminal's Ctrl-C reaches both processes, a kill only this one: the server gets
+        # SIGTERM (a second SIGINT would make uvicorn skip its graceful shutdown).
+        process.send_signal(signal.SIGTERM)
+
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, stop) for sig in stops}
     try:
         return process.wait()
-    except KeyboardInterrupt:  # the server got the same Ctrl-C: let it finish stopping
-        return process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -436,3 +436,55 @@ def test_sigint_stops_it_cleanly(champion: dict) -> None:  # noqa: F811
     assert "Traceback" not in output
     with pytest.raises(OSError):
         socket.create_connection(running.address, timeout=2).close()
+
+
+def test_the_server_imports_no_torch() -> None:
+    """The cifar-serve image has no torch: the step and what it imports run without it."""
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # any import of it fails\n"
+        "import steps.serve.step, steps.common.serving.client\n"
+        "print('loaded')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "loaded"
+
+
+def test_flow_serve_runs_the_registrys_champion_in_the_foreground(
+    champion: dict,  # noqa: F811
+    images: np.ndarray,
+) -> None:
+    """``python flows/cifar.py serve``: the default model is the registry's champion; the
+    URL and a curl line come first; Ctrl-C (SIGINT) stops it, nothing left listening."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"]}
+    process = subprocess.Popen(
+        [sys.executable, "flows/cifar.py", "serve", "--port", "0"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()  # type: ignore[union-attr]
+        match = re.fullmatch(rf"serving {CHAMPION} on (http://\S+) \(POST /invocations\)\n", line)
+        assert match, line
+        url = match.group(1)
+        curl = process.stdout.readline()  # type: ignore[union-attr]
+        assert curl.startswith("try: python -c ") and f"{url}/invocations" in curl, curl
+        with ServingClient(url) as client:
+            client.wait_ready(120)
+            assert len(client.classes(images[:3])) == 3
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    parts = urllib.parse.urlsplit(url)
+    with pytest.raises(OSError):
+        socket.create_connection((parts.hostname, parts.port), timeout=2).close()

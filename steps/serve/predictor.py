@@ -107,8 +107,7 @@ def encode(rows: Sequence[Any]) -> bytes:
 
 
 def error_body(exc: MlflowException) -> tuple[int, bytes]:
-    """Status and body as MLflow's scoring server answers an MlflowException, one line."""
-    message = (str(exc.message).strip().splitlines() or [""])[0]
-    return exc.get_http_status_code(), json.dumps(
-        {"error_code": exc.error_code, "message": message}
-    ).encode()
+    """Status and body as MLflow's scoring server answers an MlflowException
+    (``serialize_as_json``: error_code, message, and the error_class and sqlstate MLflow
+    3 adds); every message raised on the way here is one line."""
+    return exc.get_http_status_code(), exc.serialize_as_json().encode()

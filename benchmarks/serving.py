@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
 
-from steps.common.serving.client import ServingClient, request_body  # noqa: E402
+from steps.common.serving.client import ServingClient, ServingError, request_body  # noqa: E402
 
 NAME = "cifar10-classifier"
 
@@ -106,35 +106,45 @@ def in_process(uri: str, images: np.ndarray, seconds: float) -> dict[str, tuple]
 
 
 def load(url: str, bodies: list[bytes], concurrency: int, seconds: float) -> tuple:
-    """Closed-loop clients: (requests/s, p50 ms, p99 ms) of one-image requests."""
+    """Closed-loop clients: (requests/s answered 200, p50 ms, p99 ms, errors) of one-image
+    requests; an error answer is counted, not timed, and the client goes on."""
     times: list[list[float]] = [[] for _ in range(concurrency)]
+    errors: list[str] = []
     start = threading.Barrier(concurrency + 1)
-    window: dict[str, float] = {}
+    window: dict[str, float] = {"end": float("inf")}
+
+    def send(c: ServingClient, body: bytes) -> bool:
+        try:
+            c.post(body)
+            return True
+        except ServingError as exc:
+            errors.append(str(exc))
+            return False
 
     def client(index: int) -> None:
         with ServingClient(url, timeout_s=60) as c:
             for i in range(10):  # warm-up: connection and the server's first calls
-                c.post(bodies[i % len(bodies)])
-            start.wait()
+                send(c, bodies[i % len(bodies)])
+            start.wait(timeout=300)
             i = index
             while time.perf_counter() < window["end"]:
                 started = time.perf_counter()
-                c.post(bodies[i % len(bodies)])
-                times[index].append(time.perf_counter() - started)
+                if send(c, bodies[i % len(bodies)]):
+                    times[index].append(time.perf_counter() - started)
                 i += 1
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
     for thread in threads:
         thread.start()
-    window["end"] = float("inf")
-    start.wait()
+    start.wait(timeout=300)
     began = time.perf_counter()
     window["end"] = began + seconds
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - began
     flat = [t for per in times for t in per]
-    return (len(flat) / elapsed, *percentiles(flat))
+    errored = f"{len(errors)} ({errors[0][:100]})" if errors else "0"
+    return (len(flat) / elapsed, *percentiles(flat or [float("nan")]), errored)
 
 
 @contextlib.contextmanager
@@ -181,7 +191,7 @@ def main() -> None:
         uri = args.model or build_champion(Path(tmp), args.threads, args.train_steps)
         images = np.random.default_rng(0).integers(0, 256, (64, 32, 32, 3), dtype=np.uint8)
         bodies = [request_body(images[i : i + 1]) for i in range(len(images))]
-        rows = {k: ("-", *v) for k, v in in_process(uri, images, args.seconds).items()}
+        rows = {k: ("-", *v, "-") for k, v in in_process(uri, images, args.seconds).items()}
         ours = [sys.executable, "-m", "steps.serve", "--model-uri", uri, "--port", "0"]
         ours += [x for o in args.overrides for x in ("--set", o)]
         servers = [("python -m steps.serve", ours, r"on (http://\S+) \(POST", None)]
@@ -193,8 +203,8 @@ def main() -> None:
         for name, command, pattern, port in servers:
             with server(command, pattern, port) as url:
                 for concurrency in args.concurrency:
-                    rps, p50, p99 = load(url, bodies, concurrency, args.seconds)
-                    rows[f"{name}, concurrency {concurrency}"] = (concurrency, rps, p50, p99)
+                    measured = load(url, bodies, concurrency, args.seconds)
+                    rows[f"{name}, concurrency {concurrency}"] = (concurrency, *measured)
     report(rows, args)
 
 
@@ -212,9 +222,10 @@ def report(rows: dict[str, tuple], args: argparse.Namespace) -> None:
         f"\n{cpu_name()}, {os.cpu_count()} CPUs, load average "
         f"{[round(v, 2) for v in os.getloadavg()]}, {args.seconds:g} s a row, one image a request"
     )
-    print("| what | concurrency | images/s | p50 ms | p99 ms |\n| --- | --- | --- | --- | --- |")
-    for name, (concurrency, rate, p50, p99) in rows.items():
-        print(f"| {name} | {concurrency} | {rate:,.0f} | {p50:.2f} | {p99:.2f} |")
+    print("| what | concurrency | images/s | p50 ms | p99 ms | errors |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, (concurrency, rate, p50, p99, errors) in rows.items():
+        print(f"| {name} | {concurrency} | {rate:,.0f} | {p50:.2f} | {p99:.2f} | {errors} |")
     one = rows["in process, model.predict, batch 1"]
     batch = rows["in process, model.predict, batch 32"]
     c1 = rows.get("python -m steps.serve, concurrency 1")

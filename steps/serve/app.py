@@ -64,7 +64,7 @@ class ServingApp:
                 return
             await self.invocations(scope, receive, send)
             return
-        if method not in ("GET", "HEAD"):
+        if method != "GET":
             await respond(send, 405, _message("BAD_REQUEST", f"{method} {path}: use GET"))
             return
         if path in ("/ping", "/health"):

@@ -104,15 +104,15 @@ class ServingApp:
         if length is not None and (not length.isdigit() or int(length) > predictor.max_body):
             await respond(send, 413, too_large)
             return
-        batcher.arriving += 1
+        batcher.arrive()
+        queued = False
         try:
             body = await read_body(receive, predictor.max_body)
             if body is None:
                 await respond(send, 413, too_large)
                 return
-            # Queued before it stops counting as arriving: the batcher, seeing neither,
-            # would run without it.
             pending = batcher.enqueue(predictor.parse(body), encode)
+            queued = True
         except MlflowException as exc:
             await respond(send, *error_body(exc))
             return
@@ -122,7 +122,8 @@ class ServingApp:
         except ConnectionError:  # the client left before its body arrived: no one to answer
             return
         finally:
-            batcher.arriving -= 1
+            if not queued:
+                batcher.left()
         try:
             answer = await pending
         except Exception as exc:  # the model failed on this batch: one line, as MLflow's 500

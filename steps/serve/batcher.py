@@ -32,6 +32,10 @@ BatchFn = Callable[[np.ndarray], Sequence[Any]]
 FinishFn = Callable[[Sequence[Any]], Any]
 
 
+_WAKE = object()  # put when a request stops arriving without being queued
+_EMPTY = object()
+
+
 @dataclass
 class Job:
     images: np.ndarray
@@ -46,10 +50,13 @@ class Batcher:
         self.run = run
         self.max_batch = max_batch
         self.max_delay_s = max_delay_s
-        self.arriving = 0  # changed on the event loop's thread only, read by the inference one
+        self.arriving = 0  # requests received and not yet queued (or refused)
         self.calls = 0
         self.sizes: Counter[int] = Counter()  # images per model call -> how many calls
-        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Job | object | None] = queue.SimpleQueue()
+        # Held while a request stops arriving and is queued, and while the inference thread
+        # looks at both: it never sees a request in neither place.
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="inference", daemon=True)
 
     def start(self) -> Batcher:
@@ -62,13 +69,26 @@ class Batcher:
             self._queue.put(None)
             self._thread.join(timeout_s)
 
+    def arrive(self) -> None:
+        """A request is on its way in: a batch may wait for it (up to the delay)."""
+        with self._lock:
+            self.arriving += 1
+
+    def left(self) -> None:
+        """An arriving request was refused: no batch waits for it any longer."""
+        with self._lock:
+            self.arriving -= 1
+            self._queue.put(_WAKE)
+
     def enqueue(self, images: np.ndarray, finish: FinishFn) -> asyncio.Future:
-        """Queue ``images`` (on the event loop's thread); the future is ``finish(results)``
-        once their batch ran (``finish`` runs on the inference thread, so a response is
-        encoded there and not on the event loop)."""
+        """Queue an arrived request's ``images`` (on the event loop's thread); the future
+        is ``finish(results)`` once their batch ran (``finish`` runs on the inference
+        thread, so a response is encoded there and not on the event loop)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._queue.put(Job(images, future, loop, finish))
+        with self._lock:
+            self.arriving -= 1
+            self._queue.put(Job(images, future, loop, finish))
         return future
 
     def _collect(self, first: Job) -> tuple[list[Job], Job | None, bool]:
@@ -77,16 +97,23 @@ class Batcher:
         jobs, count = [first], len(first.images)
         deadline = first.queued + self.max_delay_s
         while count < self.max_batch:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
+            with self._lock:
+                try:
+                    job, alone = self._queue.get_nowait(), False
+                except queue.Empty:
+                    job, alone = _EMPTY, self.arriving <= 0
+            if job is _WAKE:
+                continue
+            if job is _EMPTY:
                 remaining = deadline - time.monotonic()
-                if self.arriving <= 0 or remaining <= 0:
+                if alone or remaining <= 0:
                     break  # no company on its way, or waited long enough
                 try:
                     job = self._queue.get(timeout=remaining)
                 except queue.Empty:
                     break
+                if job is _WAKE:  # one on its way was refused: look again
+                    continue
             if job is None:
                 return jobs, None, True
             if count + len(job.images) > self.max_batch:
@@ -100,6 +127,8 @@ class Batcher:
         stopping = False
         while True:
             first = carried if carried is not None else None if stopping else self._queue.get()
+            if first is _WAKE:
+                continue
             if first is None:
                 return
             jobs, carried, asked = self._collect(first)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import BAD_REQUEST
 from mlflow.types import TensorSpec
@@ -95,14 +96,34 @@ class Predictor:
 
     def __call__(self, images: np.ndarray) -> Sequence[Any]:
         """Rows of predictions for a batch, JSON-ready as MLflow writes them."""
-        rows = _get_jsonable_obj(self.model.predict(images), pandas_orient="records")
+        output = self.model.predict(images)
+        rows = records(output) if isinstance(output, pd.DataFrame) else None
+        if rows is None:
+            rows = _get_jsonable_obj(output, pandas_orient="records")
         if not isinstance(rows, list):
             raise TypeError(f"the model returned {type(rows).__name__}, not one row per image")
         return rows
 
 
+def records(frame: pd.DataFrame) -> list[dict[str, Any]] | None:
+    """``frame.to_dict(orient="records")`` with numpy values as Python ones, as
+    ``NumpyEncoder`` would write them (arrays and scalars by ``tolist``/``item``), in a
+    fraction of the time; None for a column of anything else (MLflow's path then)."""
+    columns = []
+    for name in frame.columns:
+        values = frame[name].tolist()  # numeric columns come back as Python numbers
+        if values and not isinstance(values[0], (int, float, str)):
+            if not all(isinstance(v, np.ndarray) for v in values):
+                return None
+            values = [v.tolist() for v in values]
+        columns.append(values)
+    names = [str(n) for n in frame.columns]
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
 def encode(rows: Sequence[Any]) -> bytes:
-    """A request's rows as ``mlflow models serve`` writes them (``predictions_to_json``)."""
+    """A request's rows as ``mlflow models serve`` writes them (``predictions_to_json``:
+    the same separators; ``NumpyEncoder`` for what ``records`` left to MLflow's path)."""
     return json.dumps({"predictions": list(rows)}, cls=NumpyEncoder).encode()
 
 

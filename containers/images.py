@@ -16,7 +16,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-IMAGES = {"data": "data.Dockerfile", "train": "train.Dockerfile", "optimize": "optimize.Dockerfile"}
+IMAGES = {
+    "data": "data.Dockerfile",
+    "train": "train.Dockerfile",
+    "optimize": "optimize.Dockerfile",
+    "serve": "serve.Dockerfile",
+}
 
 
 def project_version() -> str:

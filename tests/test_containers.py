@@ -151,3 +151,29 @@ def test_the_optimize_image_is_built_only_after_freeing_the_runners_disk() -> No
                     freed = any(frees_disk_for_optimize(s) for s in steps[:index])
                     assert freed, f"{workflow.name}: job {name} builds optimize on a full disk"
     assert sorted(built) == ["e2e.yml:kind", "images.yml:build"]
+
+
+def test_every_image_is_built_by_the_images_workflow() -> None:
+    workflow = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "images.yml").read_text())
+    assert workflow["jobs"]["build"]["strategy"]["matrix"]["image"] == list(images.IMAGES)
+    for name, dockerfile in images.IMAGES.items():
+        assert dockerfile == f"{name}.Dockerfile"
+        assert (REPO_ROOT / "containers" / dockerfile).is_file()
+
+
+def test_serve_image_runs_the_server_without_torch() -> None:
+    """The serving image installs the [serve] extra (no torch: the champion is ONNX Runtime
+    and OpenVINO) and starts ``steps.serve`` on every interface, as the InferenceService's
+    predictor does."""
+    import tomllib
+
+    dockerfile = (REPO_ROOT / "containers" / "serve.Dockerfile").read_text()
+    assert '"cifar-pipeline[serve]==${VERSION}"' in dockerfile
+    cmd = re.search(r"^CMD (\[.*\])$", dockerfile, re.M)
+    assert cmd and yaml.safe_load(cmd.group(1))[:5] == [
+        "python", "-m", "steps.serve", "--host", "0.0.0.0"
+    ]  # fmt: skip
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    serve = project["optional-dependencies"]["serve"]
+    assert not any(p.startswith(("torch", "cifar-pipeline")) for p in serve), serve
+    assert any(p.startswith("uvicorn") for p in serve)

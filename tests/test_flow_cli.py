@@ -7,13 +7,14 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from flows import cli
 from flows.manifests.names import APP, FlowError
-from steps.common.config import ConfigError
+from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 
 
@@ -83,3 +84,40 @@ def test_no_mode_flag_runs_the_workflow_locally(monkeypatch) -> None:
     assert template["kind"] == "WorkflowTemplate" and template["metadata"]["name"] == APP
     defaults = {p["name"]: p["value"] for p in template["spec"]["arguments"]["parameters"]}
     assert defaults["epochs"] == "1" and defaults["lr"] != "0.5"  # the config's, not -p's
+
+
+@pytest.mark.parametrize(
+    ("argv", "model", "tail"),
+    [
+        ([], "models:/cifar10-classifier@champion", []),
+        (["--set", "benchmark.alias=prod"], "models:/cifar10-classifier@prod", []),
+        (["--model", "runs:/abc/served", "--port", "0"], "runs:/abc/served", ["--port", "0"]),
+    ],
+    ids=["champion", "alias", "model"],
+)
+def test_serve_runs_the_champions_server(
+    argv: list[str], model: str, tail: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    args = cli.build_serve_parser().parse_args(argv)
+    command, env = cli.serve_command(args, load_config(None, args.overrides))
+    assert command[1:7] == ["-m", "steps.serve", "--model-uri", model, "--host", "127.0.0.1"]
+    assert command[7 : 7 + len(tail)] == tail
+    # the local run's store, made absolute as a local run makes it
+    assert env["MLFLOW_TRACKING_URI"] == f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO_ROOT)
+
+
+def test_serve_with_no_model_there_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "flows/cifar.py", "serve", "--model", str(tmp_path), "--port", "0"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.endswith("no MLflow model there (no MLmodel file); give the champion "
+                                "pyfunc, e.g. models:/cifar10-classifier@champion\n")  # fmt: skip
+    assert done.stderr.count("\n") == 1, done.stderr

@@ -21,7 +21,7 @@ def test_the_code_keeps_the_import_rule(rule) -> None:
 
 
 def test_every_step_runs_as_a_module() -> None:
-    for step in ("stage_data", "train", "optimize", "benchmark", "serve_check"):
+    for step in ("stage_data", "train", "optimize", "benchmark", "serve", "serve_check"):
         assert (REPO_ROOT / "steps" / step / "__main__.py").is_file(), step
     assert "steps.stage_data.step" in GRAPH and "steps.common" in GRAPH
 

@@ -36,7 +36,7 @@ from tests.test_optimize_support import Bundle, bundle  # noqa: F401
 NAME = "cifar10-classifier"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:  # noqa: F811
     root = tmp_path_factory.mktemp("serving")
     env = {"MLFLOW_TRACKING_URI": mlflow_server.uri}
@@ -58,7 +58,7 @@ def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:  # noqa: 
     return {"root": root, "result": result, "uri": mlflow_server.uri}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served(champion: dict) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"]}
@@ -268,3 +268,22 @@ def test_served_code_imports_neither_torch_nor_steps() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "loaded"
+
+
+def test_openvino_runner_answers_concurrent_callers(bundle: Bundle) -> None:  # noqa: F811
+    """``mlflow models serve`` runs each request's ``predict`` in a thread of its own
+    (``asyncio.to_thread``): the OpenVINO runner shares one infer request and one async
+    queue, so concurrent calls must take turns, each with its own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from steps.common.serving.runners import OpenVinoRunner
+
+    folder = Path(bundle.optimized_uri.removeprefix("file://"))
+    runner = OpenVinoRunner(folder / "openvino_int8.xml", 2, throughput_batch=8)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((size, 3, 32, 32)).astype(np.float32) for size in [1, 4, 16] * 8]
+    alone = [runner(x) for x in inputs]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(runner, inputs))
+    for got, want in zip(together, alone, strict=True):
+        np.testing.assert_array_equal(got, want)

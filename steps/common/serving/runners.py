@@ -9,6 +9,7 @@ pyfunc's ``code_paths`` alone. Runners take float32 ``N x 3 x 32 x 32`` already 
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,10 @@ def openvino_config(hint: str, threads: int) -> dict[str, Any]:
 class OpenVinoRunner:
     """One IR compiled twice for the CPU plugin: the LATENCY hint (one stream, all threads)
     for batches below ``throughput_batch``, the THROUGHPUT hint (several streams) at and
-    above it, where the batch is split across the streams' requests."""
+    above it, where the batch is split across the streams' requests. One call at a time:
+    the infer request and the queue's callback are shared, and ``mlflow models serve``
+    calls ``predict`` from several threads at once (``asyncio.to_thread`` per request);
+    without the lock concurrent requests fail or mix their outputs."""
 
     def __init__(self, xml: Path, threads: int, throughput_batch: int) -> None:
         ov, core = openvino_core()
@@ -80,9 +84,13 @@ class OpenVinoRunner:
         streams = self.throughput.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")
         self.queue = ov.AsyncInferQueue(self.throughput, max(1, int(streams)))
         self.streams = len(self.queue)
+        self.lock = threading.Lock()
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x, np.float32)
+        with self.lock:
+            return self._infer(np.ascontiguousarray(x, np.float32))
+
+    def _infer(self, x: np.ndarray) -> np.ndarray:
         if len(x) < self.throughput_batch or self.streams == 1:
             return self.request.infer([x], share_inputs=True)[0].copy()
         chunks = np.array_split(x, self.streams)

@@ -1,0 +1,244 @@
+"""The champion's endpoint under load, beside in-process inference of the same pyfunc and
+beside ``mlflow models serve`` of it: what HTTP costs, as numbers.
+
+    python benchmarks/serving.py [--model URI] [--seconds 5] [--concurrency 1 8 32]
+        [--threads 2] [--no-peer] [--set serving.max_delay_ms=2 ...]
+
+Without ``--model`` it stages a synthetic dataset, trains a ResNet-9 for a few SGD steps,
+optimizes it (ONNX Runtime and OpenVINO, FP32 and INT8) and lets ``steps.benchmark``
+register the champion pyfunc in a temporary SQLite MLflow store; with ``--model`` (e.g.
+``models:/cifar10-classifier@champion``, ``MLFLOW_TRACKING_URI`` set) it serves that one.
+In process: ``model.predict`` of one image (p50, p99) and of 32 (images/s). Then each
+server on 127.0.0.1 (``python -m steps.serve``, ``mlflow models serve -w 1``), loaded by
+closed-loop clients (threads, one keep-alive connection each, one image per request) at
+each concurrency for ``--seconds`` after a warm-up: requests/s, p50, p99. Targets (issue
+22): at concurrency 1 the endpoint adds at most 1 ms to the in-process p50 of one image; at
+concurrency 32 it serves at least half the in-process images/s of batch 32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+
+import numpy as np  # noqa: E402
+
+from steps.common.serving.client import ServingClient, ServingError, request_body  # noqa: E402
+
+NAME = "cifar10-classifier"
+
+
+def build_champion(tmp: Path, threads: int, train_steps: int) -> str:
+    """A briefly trained ResNet-9's champion pyfunc in a SQLite store under ``tmp``."""
+    from inference import trained_briefly, untrained_model
+
+    from steps.benchmark import step as benchmark
+    from steps.optimize import step as optimize
+
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
+    model, dataset = untrained_model(tmp, 64)
+    trained_briefly(model, dataset, train_steps)
+    overrides = [
+        "optimize.variants=[onnx, openvino]",
+        f"optimize.cpu_threads={threads}",
+        "optimize.parity_samples=64",
+        "benchmark.batch_sizes=[1, 8, 32, 64]",
+        "benchmark.rounds=1",
+        "benchmark.time_budget_s=0.3",
+        "benchmark.warmup_s=0.1",
+        f"benchmark.registered_model={NAME}",
+    ]
+    common = dict(config=None, overrides=overrides, mlflow_run_id=None, debug=False)
+    opt = str(tmp / "opt")
+    optimize.run(
+        argparse.Namespace(model=model, dataset=dataset, output=opt, outputs_dir=None, **common)
+    )
+    benchmark.run(
+        argparse.Namespace(
+            model=model,
+            optimized=opt,
+            dataset=dataset,
+            output=str(tmp / "report"),
+            outputs_dir=None,
+            **common,
+        )
+    )
+    return f"models:/{NAME}@champion"
+
+
+def percentiles(seconds: list[float]) -> tuple[float, float]:
+    ms = np.asarray(seconds) * 1e3
+    return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+
+
+def in_process(uri: str, images: np.ndarray, seconds: float) -> dict[str, tuple]:
+    """``model.predict`` of one image and of 32, as the server calls it."""
+    import mlflow
+
+    model = mlflow.pyfunc.load_model(uri)
+    rows = {}
+    for batch in (1, 32):
+        x = images[:batch]
+        for _ in range(20):
+            model.predict(x)
+        times: list[float] = []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            started = time.perf_counter()
+            model.predict(x)
+            times.append(time.perf_counter() - started)
+        p50, p99 = percentiles(times)
+        rows[f"in process, model.predict, batch {batch}"] = (batch / np.median(times), p50, p99)
+    return rows
+
+
+def load(url: str, bodies: list[bytes], concurrency: int, seconds: float) -> tuple:
+    """Closed-loop clients: (requests/s answered 200, p50 ms, p99 ms, errors) of one-image
+    requests; an error answer is counted, not timed, and the client goes on."""
+    times: list[list[float]] = [[] for _ in range(concurrency)]
+    errors: list[str] = []
+    start = threading.Barrier(concurrency + 1)
+    window: dict[str, float] = {"end": float("inf")}
+
+    def send(c: ServingClient, body: bytes) -> bool:
+        try:
+            c.post(body)
+            return True
+        except ServingError as exc:
+            errors.append(str(exc))
+            return False
+
+    def client(index: int) -> None:
+        with ServingClient(url, timeout_s=60) as c:
+            for i in range(10):  # warm-up: connection and the server's first calls
+                send(c, bodies[i % len(bodies)])
+            start.wait(timeout=300)
+            i = index
+            while time.perf_counter() < window["end"]:
+                started = time.perf_counter()
+                if send(c, bodies[i % len(bodies)]):
+                    times[index].append(time.perf_counter() - started)
+                i += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    start.wait(timeout=300)
+    began = time.perf_counter()
+    window["end"] = began + seconds
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    flat = [t for per in times for t in per]
+    errored = f"{len(errors)} ({errors[0][:100]})" if errors else "0"
+    return (len(flat) / elapsed, *percentiles(flat or [float("nan")]), errored)
+
+
+@contextlib.contextmanager
+def server(command: list[str], url_pattern: str | None, port: int | None) -> Iterator[str]:
+    """A server subprocess, until it answers /ping; its URL."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    # mlflow execs uvicorn by name: the venv's bin on PATH, as when it is activated.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in the finally below)
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}" if port else ""
+        deadline = time.monotonic() + 180
+        while not url:
+            log.seek(0)
+            found = re.search(url_pattern or "", log.read())
+            url = found.group(1) if found else ""
+            if process.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                raise RuntimeError(f"{command[:4]} did not start:\n{log.read()[-2000:]}")
+            time.sleep(0.2)
+        with ServingClient(url) as client:
+            client.wait_ready(180, path="/ping")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        log.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="the pyfunc to serve (default: a briefly trained one)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured time per row")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--threads", type=int, default=2, help="ORT/OpenVINO threads")
+    parser.add_argument("--train-steps", type=int, default=60)
+    parser.add_argument("--no-peer", action="store_true", help="skip mlflow models serve")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    from tests.servers import free_port
+
+    with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
+        uri = args.model or build_champion(Path(tmp), args.threads, args.train_steps)
+        images = np.random.default_rng(0).integers(0, 256, (64, 32, 32, 3), dtype=np.uint8)
+        bodies = [request_body(images[i : i + 1]) for i in range(len(images))]
+        rows = {k: ("-", *v, "-") for k, v in in_process(uri, images, args.seconds).items()}
+        ours = [sys.executable, "-m", "steps.serve", "--model-uri", uri, "--port", "0"]
+        ours += [x for o in args.overrides for x in ("--set", o)]
+        servers = [("python -m steps.serve", ours, r"on (http://\S+) \(POST", None)]
+        if not args.no_peer:
+            port = free_port()
+            peer = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri]
+            peer += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
+            servers.append(("mlflow models serve -w 1", peer, None, port))
+        for name, command, pattern, port in servers:
+            with server(command, pattern, port) as url:
+                for concurrency in args.concurrency:
+                    measured = load(url, bodies, concurrency, args.seconds)
+                    rows[f"{name}, concurrency {concurrency}"] = (concurrency, *measured)
+    report(rows, args)
+
+
+def cpu_name() -> str:
+    """The CPU's model name, as ``lscpu`` prints it."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def report(rows: dict[str, tuple], args: argparse.Namespace) -> None:
+    print(
+        f"\n{cpu_name()}, {os.cpu_count()} CPUs, load average "
+        f"{[round(v, 2) for v in os.getloadavg()]}, {args.seconds:g} s a row, one image a request"
+    )
+    print("| what | concurrency | images/s | p50 ms | p99 ms | errors |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, (concurrency, rate, p50, p99, errors) in rows.items():
+        print(f"| {name} | {concurrency} | {rate:,.0f} | {p50:.2f} | {p99:.2f} | {errors} |")
+    one = rows["in process, model.predict, batch 1"]
+    batch = rows["in process, model.predict, batch 32"]
+    c1 = rows.get("python -m steps.serve, concurrency 1")
+    c32 = rows.get("python -m steps.serve, concurrency 32")
+    if c1:
+        added = c1[2] - one[2]
+        print(f"concurrency 1: the endpoint adds {added:.2f} ms to the in-process p50 "
+              f"(target <= 1 ms: {'met' if added <= 1 else 'missed'})")  # fmt: skip
+    if c32:
+        ratio = c32[1] / batch[1]
+        print(f"concurrency 32: {ratio:.2f} of the in-process images/s at batch 32 "
+              f"(target >= 0.5: {'met' if ratio >= 0.5 else 'missed'})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

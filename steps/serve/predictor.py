@@ -1,0 +1,134 @@
+"""The served pyfunc, as MLflow's scoring server reads and answers it, minus pandas parsing.
+
+``mlflow models serve`` turns ``{"inputs": ...}`` into the signature's tensor with
+``mlflow.utils.proto_json_utils.convert_data_type`` (which the champion's
+``strict_input.install`` replaced with its exact check for its own spec when the model
+loaded), runs ``PyFuncModel.predict`` and writes ``{"predictions": ...}`` with
+``_get_jsonable_obj(..., pandas_orient="records")`` and ``NumpyEncoder``
+(mlflow 3.x ``mlflow/pyfunc/scoring_server/__init__.py``: ``parse_tf_serving_input``,
+``invocations``, ``predictions_to_json``). This module calls those same functions, so a
+request is refused with the same one-line message and answered with the same bytes; what
+it adds is a complete check of the shape and dtype before a request may join a batch, and
+the limit on images per request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import BAD_REQUEST
+from mlflow.types import TensorSpec
+from mlflow.utils import proto_json_utils
+from mlflow.utils.proto_json_utils import NumpyEncoder, _get_jsonable_obj
+
+INPUT_KEYS = ("inputs", "instances")  # the TF-serving keys MLflow takes for a tensor
+# A JSON pixel takes at most "255, " (5 bytes), "255.0, " (7) or, pretty-printed, a line
+# with its indent: 16 bytes a value bounds the body a request of N images may have.
+BYTES_PER_VALUE = 16
+
+
+class RequestTooLarge(Exception):
+    """More images than ``serving.max_request_images`` (HTTP 413)."""
+
+
+def bad_request(message: str) -> MlflowException:
+    return MlflowException(message, error_code=BAD_REQUEST)
+
+
+class Predictor:
+    """A loaded pyfunc with one tensor input (the champion: uint8 ``N x 32 x 32 x 3``)."""
+
+    def __init__(self, model: Any, max_request_images: int) -> None:
+        schema = model.metadata.get_input_schema()
+        specs = schema.inputs if schema is not None else []
+        if len(specs) != 1 or not isinstance(specs[0], TensorSpec):
+            raise ValueError(
+                "the served model must have a signature with one tensor input "
+                f"(the champion pyfunc has uint8 (-1, 32, 32, 3)); got {schema}"
+            )
+        self.model = model
+        self.spec: TensorSpec = specs[0]
+        self.dtype = np.dtype(self.spec.type)
+        self.shape = tuple(self.spec.shape)
+        self.max_images = max_request_images
+        per_image = math.prod(abs(d) for d in self.shape[1:])
+        self.max_body = max_request_images * per_image * BYTES_PER_VALUE + 65536
+
+    def parse(self, body: bytes) -> np.ndarray:
+        """The request's images, exactly as the signature says, or an MlflowException (400)
+        naming what was expected; RequestTooLarge past the image limit, before any array
+        is built."""
+        try:
+            doc = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise bad_request(f"the body is not JSON: {exc}") from None
+        keys = [k for k in INPUT_KEYS if isinstance(doc, dict) and k in doc]
+        if not isinstance(doc, dict) or len(keys) != 1 or len(doc) != 1:
+            got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
+            raise bad_request(f'expected a JSON object {{"inputs": [images]}}; got {got}')
+        data = doc[keys[0]]
+        if isinstance(data, list) and len(data) > self.max_images:
+            raise RequestTooLarge(
+                f"{len(data)} images in one request; at most {self.max_images} "
+                "(serving.max_request_images): send them in several requests"
+            )
+        # MLflow's own conversion, which the champion's strict_input check replaces.
+        images = np.asarray(proto_json_utils.convert_data_type(data, self.spec))
+        if (
+            images.dtype != self.dtype
+            or images.ndim != len(self.shape)
+            or any(
+                want not in (-1, got) for want, got in zip(self.shape, images.shape, strict=False)
+            )
+            or len(images) == 0
+        ):
+            raise MlflowException.invalid_parameter_value(
+                f"expected {self.dtype} of shape {self.shape}; got {images.dtype} of shape "
+                f"{images.shape}"
+            )
+        return images
+
+    def __call__(self, images: np.ndarray) -> Sequence[Any]:
+        """Rows of predictions for a batch, JSON-ready as MLflow writes them."""
+        output = self.model.predict(images)
+        rows = records(output) if isinstance(output, pd.DataFrame) else None
+        if rows is None:
+            rows = _get_jsonable_obj(output, pandas_orient="records")
+        if not isinstance(rows, list):
+            raise TypeError(f"the model returned {type(rows).__name__}, not one row per image")
+        return rows
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]] | None:
+    """``frame.to_dict(orient="records")`` with numpy values as Python ones, as
+    ``NumpyEncoder`` would write them (arrays and scalars by ``tolist``/``item``), in a
+    fraction of the time; None for a column of anything else (MLflow's path then)."""
+    columns = []
+    for name in frame.columns:
+        values = frame[name].tolist()  # numeric columns come back as Python numbers
+        if values and not isinstance(values[0], (int, float, str)):
+            if not all(isinstance(v, np.ndarray) for v in values):
+                return None
+            values = [v.tolist() for v in values]
+        columns.append(values)
+    names = [str(n) for n in frame.columns]
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
+def encode(rows: Sequence[Any]) -> bytes:
+    """A request's rows as ``mlflow models serve`` writes them (``predictions_to_json``:
+    the same separators; ``NumpyEncoder`` for what ``records`` left to MLflow's path)."""
+    return json.dumps({"predictions": list(rows)}, cls=NumpyEncoder).encode()
+
+
+def error_body(exc: MlflowException) -> tuple[int, bytes]:
+    """Status and body as MLflow's scoring server answers an MlflowException
+    (``serialize_as_json``: error_code, message, and the error_class and sqlstate MLflow
+    3 adds); every message raised on the way here is one line."""
+    return exc.get_http_status_code(), exc.serialize_as_json().encode()

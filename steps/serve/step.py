@@ -1,0 +1,232 @@
+"""Serve the champion over HTTP: MLflow's scoring protocol, KServe's health probes, dynamic
+batching.
+
+    python -m steps.serve --model-uri URI [--host 127.0.0.1] [--port P] [--config F]
+        [--set serving.max_batch=64 ...] [--debug]
+
+URI: anything ``mlflow.pyfunc.load_model`` takes (``models:/cifar10-classifier@champion``,
+``models:/NAME/VERSION``, ``runs:/<run>/served``, a directory); the champion pyfunc that
+``steps.benchmark`` logs. Port: ``--port``, else ``$PORT``, else ``serving.port`` (0: any
+free port, printed). The model's files are fetched first (a URI that holds no model exits 2
+before any port is taken); then the port is bound, one line says where
+(``serving URI on http://HOST:PORT (POST /invocations)``) and the model loads while
+/v2/health/live already answers and the readiness probes answer 503. SIGINT, SIGTERM or
+SIGHUP stop it after the requests in flight (exit 0); a model that fails to load exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import uvicorn
+
+from steps.common.config import PipelineConfig, load_config
+from steps.common.step_cli import add_common, run_main
+from steps.serve.app import ServingApp
+from steps.serve.batcher import Batcher
+from steps.serve.predictor import Predictor
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A one-image request a user can paste: python writes the JSON, curl posts it.
+CURL = (
+    "python -c 'import json; print(json.dumps({\"inputs\": [[[[0, 0, 0]] * 32] * 32]}))' | "
+    "curl -s -H 'Content-Type: application/json' --data-binary @- {url}/invocations"
+)
+
+
+class ServeUsageError(ValueError):
+    """What the user passed cannot be served: a bad port (exit 2)."""
+
+
+class ModelNotFound(ServeUsageError):
+    """The model URI holds no MLflow model (exit 2)."""
+
+
+class ServeError(RuntimeError):
+    """The server could not start or the model failed to load (exit 1)."""
+
+
+@dataclass
+class ServeResult:
+    url: str
+    calls: int = 0
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m steps.serve", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--model-uri", required=True, help="the pyfunc to serve (MLflow URI)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (image: 0.0.0.0)")
+    parser.add_argument(
+        "--port", type=int, default=None, help="port (default: $PORT, else serving.port; 0: any)"
+    )
+    add_common(parser, outputs=False, mlflow_run=False)
+    return parser
+
+
+def pick_port(args: argparse.Namespace, cfg: PipelineConfig) -> int:
+    if args.port is not None:
+        return args.port
+    text = os.environ.get("PORT", "")
+    if text:
+        if not text.isdigit() or int(text) > 65535:
+            raise ServeUsageError(f"PORT={text!r} is not a port number (0..65535)")
+        return int(text)
+    return cfg.serving.port
+
+
+def fetch_model(uri: str, cfg: PipelineConfig, into: Path) -> Path:
+    """The model's directory here (downloaded unless it is one); ModelNotFound for a URI
+    that names nothing or something that is not an MLflow model."""
+    from mlflow.artifacts import download_artifacts
+    from mlflow.exceptions import MlflowException
+
+    scheme = urllib.parse.urlsplit(uri).scheme  # models:/x has no "//"
+    local = Path(uri.removeprefix("file://")) if scheme in ("", "file") else None
+    if local is not None:
+        path = local
+    else:
+        from steps.common.tracking import connect
+
+        connect(cfg.tracking)  # models:/ and runs:/ need the tracking server
+        try:
+            path = Path(download_artifacts(artifact_uri=uri, dst_path=str(into)))
+        except MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise ModelNotFound(f"--model-uri {uri}: {first_line(exc.message)}") from None
+            raise
+        except OSError as exc:  # a runs:/ path with no such file in the run's artifacts
+            raise ModelNotFound(f"--model-uri {uri}: {first_line(str(exc))}") from None
+    if not (path / "MLmodel").is_file():
+        raise ModelNotFound(
+            f"--model-uri {uri}: no MLflow model there (no MLmodel file); give the champion "
+            "pyfunc, e.g. models:/cifar10-classifier@champion"
+        )
+    return path
+
+
+def first_line(text: str) -> str:
+    return (str(text).strip().splitlines() or [""])[0]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so
+    # (base_events._set_nodelay), and without it a response's head and body meet Nagle.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServeUsageError(
+            f"cannot listen on {host}:{port} ({exc.strerror}); pass another --port"
+        ) from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(args: argparse.Namespace) -> ServeResult:
+    cfg = load_config(args.config, args.overrides)
+    port = pick_port(args, cfg)
+    with tempfile.TemporaryDirectory(prefix="serve-") as tmp:
+        path = fetch_model(args.model_uri, cfg, Path(tmp))
+        sock = bind(args.host, port)
+        shown = f"[{args.host}]" if ":" in args.host else args.host
+        url = f"http://{shown}:{sock.getsockname()[1]}"
+        print(f"serving {args.model_uri} on {url} (POST /invocations)", flush=True)
+        print(f"try: {CURL.replace('{url}', url)}", flush=True)
+        app = ServingApp()
+        config = uvicorn.Config(
+            app,
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+            timeout_keep_alive=30,
+            timeout_graceful_shutdown=10,
+        )
+        server = _Server(config)
+        failure: list[str] = []
+        loader = threading.Thread(
+            target=_load, args=(app, path, cfg, server, failure), name="load", daemon=True
+        )
+        loader.start()
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+            if app.batcher is not None:
+                app.batcher.stop()
+        if failure:
+            raise ServeError(f"{args.model_uri}: the model failed to load: {failure[0]}")
+        batcher = app.batcher
+        result = ServeResult(url)
+        if batcher is not None:
+            result.calls, result.batch_sizes = batcher.calls, dict(sorted(batcher.sizes.items()))
+        images = sum(size * n for size, n in result.batch_sizes.items())
+        print(f"stopped: {images} images in {result.calls} model calls", flush=True)
+        return result
+
+
+def _load(
+    app: ServingApp, path: Path, cfg: PipelineConfig, server: uvicorn.Server, failure: list[str]
+) -> None:
+    """Load the pyfunc and start the batcher; on failure stop the server (exit 1)."""
+    try:
+        import mlflow
+
+        started = time.perf_counter()
+        model = mlflow.pyfunc.load_model(str(path))
+        predictor = Predictor(model, cfg.serving.max_request_images)
+        batcher = Batcher(predictor, cfg.serving.max_batch, cfg.serving.max_delay_ms / 1000)
+        app.loaded(predictor, batcher.start())
+        print(f"ready: model loaded in {time.perf_counter() - started:.1f} s", flush=True)
+    except Exception as exc:
+        failure.append(f"{type(exc).__name__}: {first_line(str(exc))}")
+        server.should_exit = True
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's Server, stopped by SIGINT, SIGTERM or SIGHUP without raising the signal
+    again afterwards as uvicorn's own ``capture_signals`` does: ``serve`` then reports and
+    the step exits 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
+def run(args: argparse.Namespace) -> ServeResult:
+    return serve(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_main("steps.serve", run, args, user_errors=(ServeUsageError,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

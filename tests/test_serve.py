@@ -1,0 +1,490 @@
+"""``python -m steps.serve``: the champion over HTTP, run for real on 127.0.0.1 beside the
+real ``mlflow models serve`` of the same model (``tests.test_serving``): the same answers,
+the same one-line 400s; readiness; dynamic batching (own rows back, fewer model calls than
+requests, the delay bound); 413 before the body is read; the step's exit codes; signals."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import itertools
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+
+from steps.common.config import PipelineConfig
+from steps.common.inference import load_test_split
+from steps.common.serving.client import ServingClient, ServingError, predict_classes, request_body
+from steps.serve import step
+from steps.serve.app import ServingApp
+from steps.serve.batcher import Batcher
+from steps.serve.predictor import Predictor
+from tests.conftest import REPO_ROOT
+from tests.test_optimize_support import Bundle, bundle  # noqa: F401
+from tests.test_serving import NAME, champion, served  # noqa: F401
+
+CHAMPION = f"models:/{NAME}@champion"
+
+
+@dataclass
+class Running:
+    url: str
+    process: subprocess.Popen
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        parts = urllib.parse.urlsplit(self.url)
+        return parts.hostname or "", parts.port or 0
+
+    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        code = self.process.wait(timeout=60)
+        time.sleep(0.1)  # the reader thread takes the last lines
+        return code, "\n".join(self.lines)
+
+
+@contextlib.contextmanager
+def serving(champion: dict, *overrides: str, model: str = CHAMPION) -> Iterator[Running]:  # noqa: F811
+    """``python -m steps.serve`` on a free port, ready; stopped (SIGTERM) at the end."""
+    command = [sys.executable, "-m", "steps.serve", "--model-uri", model, "--port", "0"]
+    for override in overrides:
+        command += ["--set", override]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"], "PYTHONPATH": str(REPO_ROOT)}
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: list[str] = []
+    first: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in process.stdout:  # type: ignore[union-attr]
+            lines.append(line.rstrip("\n"))
+            if line.startswith("serving "):
+                first.put(line)
+        first.put("")
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        line = first.get(timeout=120)
+        match = re.fullmatch(
+            rf"serving {re.escape(model)} on (http://\S+) \(POST /invocations\)\n", line
+        )
+        assert match, "\n".join(lines)
+        running = Running(match.group(1), process, lines)
+        with ServingClient(running.url) as client:
+            client.wait_ready(120)
+        yield running
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def ours(champion: dict) -> Iterator[Running]:  # noqa: F811
+    with serving(champion, "serving.max_delay_ms=50") as running:
+        yield running
+        code, output = running.stop()
+    assert code == 0, output
+    assert re.search(r"^stopped: \d+ images in \d+ model calls$", output, re.M), output
+    with pytest.raises(OSError):  # nothing left listening
+        socket.create_connection(running.address, timeout=2).close()
+
+
+@pytest.fixture(scope="module")
+def images(bundle: Bundle) -> np.ndarray:  # noqa: F811
+    split = load_test_split(bundle.dataset_uri, PipelineConfig().storage)
+    return split.images[:64].permute(0, 2, 3, 1).numpy()
+
+
+def raw_post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    try:
+        connection.request(
+            "POST", "/invocations", body, {"Content-Type": "application/json", **(headers or {})}
+        )
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+BAD = {
+    "nchw": np.zeros((2, 3, 32, 32), np.uint8).tolist(),
+    "over-255": np.full((2, 32, 32, 3), 300).tolist(),
+    "unit-floats": np.full((2, 32, 32, 3), 0.5).tolist(),
+    "ragged": [[[[1, 2, 3]] * 32] * 32, [[[1, 2]] * 32] * 32],
+    "strings": np.full((1, 32, 32, 3), "1").tolist(),
+}
+
+
+def test_answers_as_mlflow_models_serve_does(
+    ours: Running,
+    served: str,  # noqa: F811
+    images: np.ndarray,
+) -> None:
+    """The same request to both servers: the same 200 bytes, the same 400s."""
+    for body in (
+        request_body(images[:3]),
+        json.dumps({"inputs": images[:2].astype(float).tolist()}).encode(),  # 7.0 is 7
+        json.dumps({"instances": images[:1].tolist()}).encode(),
+    ):
+        assert raw_post(ours.url, body) == raw_post(served, body)
+    for name, inputs in BAD.items():
+        body = json.dumps({"inputs": inputs}).encode()
+        (status, mine), (theirs_status, theirs) = raw_post(ours.url, body), raw_post(served, body)
+        assert status == theirs_status == 400, (name, mine, theirs)
+        assert json.loads(mine) == json.loads(theirs), name
+        assert b"\\n" not in mine, name
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (b"not json", 400, r"^the body is not JSON: Expecting value"),
+        (b"[1, 2]", 400, r'^expected a JSON object \{"inputs": \[images\]\}; got list'),
+        (b'{"data": []}', 400, r"got \['data'\]"),
+        (b'{"inputs": []}', 400, r"^expected uint8 RGB images .*; got shape \(0,\)"),
+    ],
+    ids=["not-json", "a-list", "no-inputs", "no-images"],
+)
+def test_protocol_errors_are_one_line_400s(
+    ours: Running, body: bytes, status: int, message: str
+) -> None:
+    got, answer = raw_post(ours.url, body)
+    assert got == status, answer
+    text = json.loads(answer)["message"]
+    assert re.search(message, text) and "\n" not in text, text
+
+
+def test_other_content_types_get_415(ours: Running) -> None:
+    status, answer = raw_post(ours.url, b"a,b\n1,2\n", {"Content-Type": "text/csv"})
+    assert status == 415
+    assert json.loads(answer)["message"] == "send Content-Type: application/json; got text/csv"
+
+
+@pytest.mark.parametrize(
+    ("path", "before", "after"),
+    [
+        ("/ping", 503, 200),
+        ("/health", 503, 200),
+        ("/v2/health/ready", 503, 200),
+        ("/v2/health/live", 200, 200),
+    ],
+)
+def test_readiness_follows_the_model(
+    champion: dict,  # noqa: F811
+    path: str,
+    before: int,
+    after: int,
+) -> None:
+    """The app before and after ``loaded``, driven as uvicorn drives it (ASGI)."""
+    import asyncio
+
+    async def call(app: ServingApp, method: str, path: str) -> int:
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": method, "path": path, "headers": []}
+        await app(scope, receive, send)
+        return sent[0]["status"]
+
+    app = ServingApp()
+    assert asyncio.run(call(app, "GET", path)) == before
+    assert asyncio.run(call(app, "POST", "/invocations")) == 503
+    mlflow.set_tracking_uri(champion["uri"])
+    predictor = Predictor(mlflow.pyfunc.load_model(CHAMPION), 8)
+    app.loaded(predictor, Batcher(predictor, 8, 0.0))
+    assert asyncio.run(call(app, "GET", path)) == after
+
+
+def test_concurrent_requests_each_get_their_own_rows(ours: Running, images: np.ndarray) -> None:
+    sizes = [1, 3, 2, 7, 1, 5, 4, 1, 6, 2, 8, 1]
+    starts = np.cumsum([0, *sizes])
+    requests = [images[a:b] for a, b in itertools.pairwise(starts)]
+    with ServingClient(ours.url) as client:
+        alone = [client.predict(r) for r in requests]
+    # Which variant runs a row depends on its batch's size (INT8 may differ a little):
+    # classes are compared where the model is sure, probabilities within INT8's reach.
+    assert len({tuple(row["class"] for row in rows) for rows in alone}) > 1
+
+    def post(request: np.ndarray) -> list[dict]:
+        with ServingClient(ours.url) as client:
+            return client.predict(request)
+
+    for _ in range(3):
+        with ThreadPoolExecutor(len(requests)) as pool:
+            together = list(pool.map(post, requests))
+        for mine, reference in zip(together, alone, strict=True):
+            assert len(mine) == len(reference)
+            got = np.array([row["probabilities"] for row in mine])
+            want = np.array([row["probabilities"] for row in reference])
+            assert np.abs(got - want).max() < 0.05
+            sure = np.sort(want, 1)[:, -1] - np.sort(want, 1)[:, -2] > 0.1
+            assert [r["class"] for r, s in zip(mine, sure, strict=True) if s] == [
+                r["class"] for r, s in zip(reference, sure, strict=True) if s
+            ]
+
+
+def held_requests(url: str, body: bytes, count: int) -> list[socket.socket]:
+    """``count`` requests with all but the last byte of their body sent (still arriving)."""
+    parts = urllib.parse.urlsplit(url)
+    head = (
+        f"POST /invocations HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    held = []
+    for _ in range(count):
+        sock = socket.create_connection((parts.hostname, parts.port), timeout=60)
+        sock.sendall(head + body[:-1])
+        held.append(sock)
+    return held
+
+
+def answer(sock: socket.socket) -> tuple[int, bytes]:
+    response = http.client.HTTPResponse(sock)
+    response.begin()
+    try:
+        return response.status, response.read()
+    finally:
+        sock.close()
+
+
+def test_concurrent_requests_run_in_fewer_model_calls(champion: dict, images: np.ndarray) -> None:  # noqa: F811
+    """16 one-image requests arriving together: batched (the delay is long enough that the
+    first waits for the others, which are all on their way in)."""
+    with serving(champion, "serving.max_delay_ms=2000", "serving.max_batch=64") as running:
+        body = request_body(images[:1])
+        held = held_requests(running.url, body, 16)
+        time.sleep(0.5)  # every request's head has reached the server
+        for sock in held:
+            sock.sendall(body[-1:])
+        answers = [answer(sock) for sock in held]
+        code, output = running.stop()
+    assert [status for status, _ in answers] == [200] * 16
+    assert len({a for _, a in answers}) == 1  # the same image, the same answer
+    assert code == 0, output
+    calls = int(re.search(r"^stopped: 16 images in (\d+) model calls$", output, re.M).group(1))
+    assert calls <= 2, output
+
+
+def test_a_request_waits_for_company_at_most_the_delay(
+    champion: dict,  # noqa: F811
+    images: np.ndarray,
+) -> None:
+    with serving(champion, "serving.max_delay_ms=400") as running:
+        with ServingClient(running.url) as client:
+            started = time.perf_counter()
+            client.predict(images[:1])  # alone, with no one on the way: not held back
+            alone = time.perf_counter() - started
+            body = request_body(images[1:2])
+            (slow,) = held_requests(running.url, body, 1)  # on its way, not arriving
+            started = time.perf_counter()
+            client.predict(images[:1])
+            waited = time.perf_counter() - started
+            slow.sendall(body[-1:])
+            assert answer(slow)[0] == 200
+        running.stop()
+    assert alone < 0.3, alone
+    assert 0.35 < waited < 0.4 + 1.0, waited
+
+
+@pytest.fixture(scope="module")
+def small(champion: dict) -> Iterator[Running]:  # noqa: F811
+    with serving(champion, "serving.max_request_images=4") as running:
+        yield running
+        running.stop()
+
+
+def test_more_images_than_the_limit_get_413(small: Running, images: np.ndarray) -> None:
+    assert raw_post(small.url, request_body(images[:4]))[0] == 200
+    status, body = raw_post(small.url, request_body(images[:5]))
+    assert status == 413
+    assert json.loads(body)["message"].startswith("5 images in one request; at most 4 ")
+
+
+def test_a_body_too_large_is_refused_before_it_is_read(small: Running) -> None:
+    parts = urllib.parse.urlsplit(small.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000000\r\n\r\n{"
+        )  # a gigabyte announced, one byte sent: the answer comes all the same
+        status, body = answer(sock)
+    assert status == 413
+    assert "serving.max_request_images" in json.loads(body)["message"]
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit(small: Running) -> None:
+    parts = urllib.parse.urlsplit(small.url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    sock.sendall(
+        b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b" " * 65536
+    with contextlib.suppress(OSError):  # the server stops reading once it has answered
+        for _ in range(64):  # 4 MiB at most, far past 4 images' worth (260 KiB)
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    status, _ = answer(sock)
+    assert status == 413
+
+
+def test_client_helper(ours: Running, images: np.ndarray) -> None:
+    with ServingClient(ours.url, timeout_s=30) as client:
+        rows = client.predict(images[:2])
+        assert client.classes(images[:2]) == [row["class"] for row in rows]
+        with pytest.raises(ServingError, match=r"^HTTP 400: expected uint8 RGB") as err:
+            client.classes(images[:2].transpose(0, 3, 1, 2))
+        assert err.value.status == 400
+    assert predict_classes(ours.url, images[:2]) == [row["class"] for row in rows]
+    with socket.socket() as sock:  # a port where nothing listens
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with pytest.raises(ServingError, match="refused") as err:
+        predict_classes(closed, images[:1], timeout_s=5)
+    assert err.value.status == 0
+
+
+@pytest.mark.parametrize(
+    ("model", "match"),
+    [
+        (f"models:/{NAME}-missing@champion", r"--model-uri models:/.*-missing@champion: "),
+        ("EMPTY", r"no MLflow model there \(no MLmodel file\)"),
+    ],
+    ids=["registry", "directory"],
+)
+def test_a_uri_without_a_model_is_one_line_and_exit_2(
+    champion: dict,  # noqa: F811
+    tmp_path: Path,
+    model: str,
+    match: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", champion["uri"])
+    model = str(tmp_path) if model == "EMPTY" else model
+    assert step.main(["--model-uri", model, "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("steps.serve: error: ") and err.count("\n") == 1, err
+    assert re.search(match, err), err
+
+
+def test_a_port_in_use_is_exit_2(
+    champion: dict,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", champion["uri"])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert step.main(["--model-uri", CHAMPION, "--port", str(port)]) == 2
+    assert re.search(
+        rf"cannot listen on 127\.0\.0\.1:{port} .*pass another --port", capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "port"),
+    [
+        (["--port", "9001"], {"PORT": "9002"}, 9001),
+        ([], {"PORT": "9002"}, 9002),
+        ([], {}, 8080),
+    ],
+    ids=["flag", "env", "config"],
+)
+def test_port_comes_from_flag_then_env_then_config(
+    argv: list[str], env: dict[str, str], port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PORT", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    args = step.build_parser().parse_args(["--model-uri", "x", *argv])
+    assert step.pick_port(args, PipelineConfig()) == port
+
+
+def test_sigint_stops_it_cleanly(champion: dict) -> None:  # noqa: F811
+    with serving(champion) as running:
+        code, output = running.stop(signal.SIGINT)
+    assert code == 0, output
+    assert "Traceback" not in output
+    with pytest.raises(OSError):
+        socket.create_connection(running.address, timeout=2).close()
+
+
+def test_the_server_imports_no_torch() -> None:
+    """The cifar-serve image has no torch: the step and what it imports run without it."""
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # any import of it fails\n"
+        "import steps.serve.step, steps.common.serving.client\n"
+        "print('loaded')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "loaded"
+
+
+def test_flow_serve_runs_the_registrys_champion_in_the_foreground(
+    champion: dict,  # noqa: F811
+    images: np.ndarray,
+) -> None:
+    """``python flows/cifar.py serve``: the default model is the registry's champion; the
+    URL and a curl line come first; Ctrl-C (SIGINT) stops it, nothing left listening."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"]}
+    process = subprocess.Popen(
+        [sys.executable, "flows/cifar.py", "serve", "--port", "0"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()  # type: ignore[union-attr]
+        match = re.fullmatch(rf"serving {CHAMPION} on (http://\S+) \(POST /invocations\)\n", line)
+        assert match, line
+        url = match.group(1)
+        curl = process.stdout.readline()  # type: ignore[union-attr]
+        assert curl.startswith("try: python -c ") and f"{url}/invocations" in curl, curl
+        with ServingClient(url) as client:
+            client.wait_ready(120)
+            assert len(client.classes(images[:3])) == 3
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    parts = urllib.parse.urlsplit(url)
+    with pytest.raises(OSError):
+        socket.create_connection((parts.hostname, parts.port), timeout=2).close()

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from hera.workflows import Container, Resource, Task
+from hera.workflows import Container, Parameter, Resource, Task
+from hera.workflows import models as m
 
 from flows.container_step import container_step
 from flows.deploy_step import deploy_templates
@@ -65,6 +66,11 @@ def serving_templates(
         args=[*args, "--outputs-dir", OUTPUTS_DIR],
         settings=settings,
         inputs=["url", "dataset-uri", "benchmark-uri", "run-id"],
+        # declared, so the outputs directory is the task's own in a local run too
+        outputs=[
+            Parameter(name=n, value_from=m.ValueFrom(path=f"{OUTPUTS_DIR}/{n}"))
+            for n in ("passed", "accuracy")
+        ],
     )
     return ServingTemplates(deploy.deploy, check, deploy.rollback_apply, deploy.rollback_delete)
 

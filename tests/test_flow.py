@@ -491,3 +491,19 @@ def test_the_workflows_account_and_cache_are_the_configs() -> None:
     cache = yaml.safe_load((REPO_ROOT / "configs/cluster/pipeline/memoize-cache.yaml").read_text())
     assert cache["metadata"]["name"] == c.cache_configmap
     assert cache["metadata"]["labels"]["workflows.argoproj.io/configmap-type"] == "Cache"
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_every_outputs_dir_holds_a_declared_output(path: Path) -> None:
+    """A local run moves only declared output paths and a directory named whole that holds
+    them (flows/local/output_paths.py): a step given ``--outputs-dir`` with nothing declared
+    under it would write to this machine's real /tmp/outputs."""
+    for name, t in templates(manifest(path)).items():
+        args = t.get("container", {}).get("args", [])
+        if "--outputs-dir" not in args:
+            continue
+        folder = args[args.index("--outputs-dir") + 1]
+        outputs = t.get("outputs", {})
+        paths = [p["valueFrom"]["path"] for p in outputs.get("parameters", [])]
+        paths += [a["path"] for a in outputs.get("artifacts", [])]
+        assert any(p.startswith(f"{folder}/") for p in paths), name

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -100,6 +101,19 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     assert any("optimize" in k or "parity" in k for k in metrics), sorted(metrics)
     assert (run_dir / "artifacts" / "benchmark" / "report.md").is_file()
     assert f"mlflow-run-url: {mlflow.tracking_uri}/#/experiments/" in resumed.stderr
+    # The first champion: deployed as a local server, checked live, stopped at the end.
+    assert state["tasks"]["benchmark"]["outputs"]["promoted"] == "true"
+    assert state["tasks"]["deploy"]["state"] == "Succeeded"
+    assert state["tasks"]["serve-check"]["state"] == "Succeeded"
+    assert state["tasks"]["serve-check"]["outputs"]["passed"] == "true"
+    (service,) = state["services"].values()
+    assert service["state"] == "Stopped" and service["url"].startswith("http://127.0.0.1:")
+    assert not psutil.pid_exists(service["pid"])
+    port = int(service["url"].rsplit(":", 1)[1])
+    assert all(c.laddr.port != port for c in psutil.net_connections() if c.status == "LISTEN")
+    served = float(state["tasks"]["serve-check"]["outputs"]["accuracy"])  # 6 digits
+    assert metrics["serving/accuracy"] == pytest.approx(served, abs=1e-6)
+    assert run.data.tags["serving.url"] == service["url"]
     # Each step reports its work and its start-up (benchmarks/local_overhead.py reads both).
     assert state["exit_handler"]["state"] == "Succeeded"
     assert state["tasks"]["onExit.delete-train-job"]["state"] == "Skipped"  # it Succeeded
@@ -116,5 +130,11 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     assert state["tasks"]["stage"]["state"] == "Cached"
     assert "memoized" in second.stderr
     assert all(state["tasks"][t]["state"] == "Succeeded" for t in STEPS if t != "stage")
+    # deploy and serve-check follow the benchmark's decision: Skipped when the alias stayed
+    promoted = state["tasks"]["benchmark"]["outputs"]["promoted"] == "true"
+    expected = "Succeeded" if promoted else "Skipped"
+    assert {t: state["tasks"][t]["state"] for t in ("deploy", "serve-check")} == dict.fromkeys(
+        ("deploy", "serve-check"), expected
+    )
     new_run = state["globals"]["workflow.outputs.parameters.mlflow-run-id"]
     assert new_run != run_id and mlflow.get_run(new_run).info.status == "FINISHED"

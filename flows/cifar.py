@@ -4,6 +4,7 @@
     python flows/cifar.py --render [--cron]           print the WorkflowTemplate and its run
     python flows/cifar.py --submit [--wait]           create/update the template, run it
     python flows/cifar.py --cron --submit             create/update the template and schedule
+    python flows/cifar.py serve [--model URI]          serve the champion here (flows.cli)
 
 On a cluster the pipeline is the WorkflowTemplate ``cifar-pipeline`` (``build_template``):
 the templates, the DAG, and the parameters of ``flows.parameters`` with the config's values
@@ -15,12 +16,14 @@ is tested against.
 DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob or a
 TrainJob created by a resource template, ``flows.train_step``; in the template a one-node
 ``train`` and a ``train-multinode`` PyTorchJob, picked by ``when``) -> ``optimize`` ->
-``benchmark``; the exit handler runs ``close-run``, which ends the MLflow run with the
-workflow's status and copies the run's pictures out as artifacts, and, unless the workflow
-Succeeded, ``delete-train-job``. One run at a time holds the mutex ``cluster.mutex``.
-Every step gets the config as ``--set`` arguments (``flows.manifests.pod.config_args``);
-outputs are small files under /tmp/outputs read back as output parameters; objects live
-under ``<storage.root_uri>/runs/<workflow name>``.
+``benchmark`` -> ``deploy`` (the InferenceService, when the benchmark moved the alias) ->
+``serve-check`` (the live endpoint; a failed check rolls back: ``flows.serve_tasks``). The
+exit handler runs ``close-run``, which ends the MLflow run with the workflow's status and
+copies the run's pictures out as artifacts, and, unless the workflow Succeeded,
+``delete-train-job``. One run at a time holds the mutex ``cluster.mutex``. Every step gets
+the config as ``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small
+files under /tmp/outputs read back as output parameters; objects live under
+``<storage.root_uri>/runs/<workflow name>``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.servers import free_port
@@ -89,3 +91,36 @@ class MLflowServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+
+
+@contextmanager
+def mlflow_models_serve(model_uri: str, tracking_uri: str, root: Path) -> Iterator[str]:
+    """``mlflow models serve`` of ``model_uri`` on 127.0.0.1, as a user starts it (its log in
+    ``root``): the URL once ``/ping`` answers; stopped on exit."""
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    env.pop("PYTHONPATH", None)  # the served model must not need this repository
+    # mlflow execs uvicorn by name: the venv's bin must be on PATH, as when it is activated.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri]
+    command += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
+    log_path = root / "serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            command, env=env, cwd=root, stdout=log, stderr=log, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/ping", timeout=2)
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(log_path.read_text()) from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from mlflow.exceptions import MlflowException
 from steps.benchmark import step as benchmark
 from steps.serve_check import step as serve_check
 from steps.serve_check.report import merged_note
+from tests.mlflow_server import mlflow_models_serve
 from tests.servers import free_port
 from tests.test_benchmark import bench_args
 from tests.test_optimize_support import Bundle, bundle  # noqa: F401
@@ -65,32 +63,8 @@ def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:  # noqa: 
 @pytest.fixture(scope="module")
 def served(champion: dict, mlflow_server) -> Iterator[str]:
     """``mlflow models serve`` of v1 on 127.0.0.1 (by version: the tests move the alias)."""
-    port = free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server.uri}
-    env.pop("PYTHONPATH", None)  # the served model must not need this repository
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{NAME}/1"]
-    command += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
-    log_path = champion["root"] / "serve.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            command, env=env, cwd=champion["root"], stdout=log, stderr=log, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/ping", timeout=2)
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(log_path.read_text()) from None
-                time.sleep(0.5)
+    with mlflow_models_serve(f"models:/{NAME}/1", mlflow_server.uri, champion["root"]) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def check_argv(url: str, champion: dict, bench: str, out: Path, *sets: str) -> list[str]:

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from steps.common.config import PipelineConfig
 from steps.common.inference import load_test_split, load_trained, normalize
 from steps.common.serving.log import CLASSIFIER, CODE_PATHS
 from steps.common.serving.strict_input import exact_array, install
-from tests.servers import free_port
+from tests.mlflow_server import mlflow_models_serve
 from tests.test_benchmark import bench_args
 from tests.test_optimize_support import Bundle, bundle  # noqa: F401
 
@@ -60,31 +59,8 @@ def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:  # noqa: 
 
 @pytest.fixture(scope="session")
 def served(champion: dict) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"]}
-    env.pop("PYTHONPATH", None)  # the served model must not need this repository
-    # mlflow execs uvicorn by name: the venv's bin must be on PATH, as when it is activated.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    command = [sys.executable, "-m", "mlflow", "models", "serve"]
-    command += ["-m", f"models:/{NAME}@champion", "--env-manager", "local"]
-    command += ["-h", "127.0.0.1", "-p", str(port), "-w", "1"]
-    log = (champion["root"] / "serve.log").open("w")
-    process = subprocess.Popen(command, env=env, cwd=champion["root"], stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/ping", timeout=2)
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((champion["root"] / "serve.log").read_text()) from None
-                time.sleep(0.5)
+    with mlflow_models_serve(f"models:/{NAME}@champion", champion["uri"], champion["root"]) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def _post(url: str, body: dict) -> tuple[int, dict]:

@@ -113,6 +113,27 @@ def test_joined_run_stays_running_and_own_run_finishes(tracking_env) -> None:
     assert len(client.get_metric_history(own.run_id, "loss")) == 3
 
 
+@pytest.mark.parametrize("where", ["environment", "process"])
+def test_a_step_joins_the_pipelines_run_whatever_experiment_is_active(
+    tracking_env, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """MLflow refuses to resume a run outside the active experiment: a user's exported
+    MLFLOW_EXPERIMENT_NAME, or an earlier set_experiment in the process, must not stop a
+    step from joining the pipeline's run."""
+    cfg = TrackingConfig(experiment="test-tracking-pipeline", system_metrics=False)
+    pipeline = open_run(cfg, run_name="pipeline")
+    pipeline.finish(succeeded=True)
+    if where == "environment":
+        monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "somebody-elses-experiment")
+    else:
+        mlflow.set_experiment("somebody-elses-experiment")
+    joined = open_run(cfg, run_id=pipeline.run_id)
+    joined.log_metrics({"serving/accuracy": 1.0}, step=0)
+    joined.finish(succeeded=True)
+    client = mlflow.MlflowClient(tracking_env.uri)
+    assert client.get_run(pipeline.run_id).data.metrics["serving/accuracy"] == 1.0
+
+
 def test_joining_an_unknown_run_is_a_tracking_error(tracking_env) -> None:
     with pytest.raises(TrackingError, match=f"cannot open run {'f' * 32}"):
         open_run(TrackingConfig(system_metrics=False), run_id="f" * 32)

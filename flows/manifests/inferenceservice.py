@@ -23,7 +23,13 @@ from kubernetes import client as k8s
 
 from flows.manifests.names import APP
 from flows.manifests.names import labels as app_labels
-from flows.manifests.pod import config_args, container_security, pod_env, pod_security
+from flows.manifests.pod import (
+    config_args,
+    container_security,
+    pod_env,
+    pod_security,
+    toleration,
+)
 from steps.common.config import PipelineConfig
 
 API_VERSION = "serving.kserve.io/v1beta1"
@@ -85,16 +91,6 @@ def build_container(cfg: PipelineConfig, *, model_uri: str, settings: list[str])
     )
 
 
-def _toleration(spec: dict[str, Any]) -> k8s.V1Toleration:
-    return k8s.V1Toleration(
-        key=spec.get("key"),
-        operator=spec.get("operator"),
-        value=spec.get("value"),
-        effect=spec.get("effect"),
-        toleration_seconds=spec.get("tolerationSeconds"),
-    )
-
-
 def _serialise(value: Any) -> Any:
     return k8s.ApiClient().sanitize_for_serialization(value)
 
@@ -129,7 +125,7 @@ def build_inferenceservice(
     if s.node_selector:
         predictor["nodeSelector"] = dict(s.node_selector)
     if s.tolerations:
-        predictor["tolerations"] = _serialise([_toleration(t) for t in s.tolerations])
+        predictor["tolerations"] = _serialise([toleration(t) for t in s.tolerations])
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

@@ -150,3 +150,14 @@ def sentinel(name: str) -> str:
 
 def fill_sentinels(text: str, refs: dict[str, str]) -> str:
     return SENTINEL.sub(lambda match: refs[match.group(1)], text)
+
+
+def toleration(spec: dict[str, Any]) -> k8s.V1Toleration:
+    """A config toleration (Kubernetes JSON, keys checked by the config) as the client's model."""
+    return k8s.V1Toleration(
+        key=spec.get("key"),
+        operator=spec.get("operator"),
+        value=spec.get("value"),
+        effect=spec.get("effect"),
+        toleration_seconds=spec.get("tolerationSeconds"),
+    )

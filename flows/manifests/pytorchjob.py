@@ -32,6 +32,7 @@ from flows.manifests.pod import (
     fill_sentinels,
     pod_security,
     sentinel,
+    toleration,
 )
 from steps.common.config import PipelineConfig
 
@@ -158,22 +159,12 @@ def build_pod_template(
             containers=[container],
             volumes=volumes,
             node_selector=dict(c.node_selector) or None,
-            tolerations=[_toleration(t) for t in c.tolerations] or None,
+            tolerations=[toleration(t) for t in c.tolerations] or None,
             scheduler_name=c.scheduler_name,
             priority_class_name=c.priority_class,
             security_context=_pod_security(cfg),
             automount_service_account_token=False,
         ),
-    )
-
-
-def _toleration(spec: dict[str, Any]) -> k8s.V1Toleration:
-    return k8s.V1Toleration(
-        key=spec.get("key"),
-        operator=spec.get("operator"),
-        value=spec.get("value"),
-        effect=spec.get("effect"),
-        toleration_seconds=spec.get("tolerationSeconds"),
     )
 
 

@@ -136,6 +136,10 @@ def open_run(
     notes = [] if system or not cfg.system_metrics else ["system metrics off: psutil missing"]
     try:
         if run_id:
+            # MLflow refuses to resume a run outside the active experiment (one set earlier
+            # in this process, or MLFLOW_EXPERIMENT_NAME/_ID in the user's environment)
+            experiment = mlflow.MlflowClient().get_run(run_id).info.experiment_id
+            mlflow.set_experiment(experiment_id=experiment)
             active = mlflow.start_run(run_id=run_id, tags=tags, log_system_metrics=system)
         else:
             mlflow.set_experiment(cfg.experiment)

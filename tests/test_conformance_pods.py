@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from flows.cifar import build_template, build_workflow
 from steps.common.config import load_config
@@ -68,7 +69,13 @@ def test_the_mlflow_token_secret_is_optional(form: str) -> None:
     containers = [(n, t["container"]) for n, t in templates(wf).items() if "container" in t]
     for kind, replica in job_of(wf)["spec"]["pytorchReplicaSpecs"].items():
         containers += [(kind, c) for c in replica["template"]["spec"]["containers"]]
-    assert len(containers) == 7
+    for name in ("deploy", "rollback-apply"):  # the InferenceService's predictor
+        resource = templates(wf)[name]["resource"]
+        text = resource.get("manifest") or templates(wf)[name]["inputs"]["artifacts"][0]["raw"]
+        text = text if isinstance(text, str) else text["data"]
+        containers += [(name, c) for c in yaml.safe_load(text)["spec"]["predictor"]["containers"]]
+    # six step containers, the Master and Worker, the two predictors
+    assert len(containers) == 10
     for where, container in containers:
         refs = {
             e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e

@@ -285,14 +285,15 @@ def key_of(obj: dict[str, Any]) -> tuple[str, str | None, str]:
     return (obj["kind"], namespace, meta["name"])
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
+def walk(node: Any) -> Iterator[dict[str, Any]]:
+    """Every mapping inside ``node``, itself first."""
     if isinstance(node, dict):
         yield node
         for value in node.values():
-            yield from _walk(value)
+            yield from walk(value)
     elif isinstance(node, list):
         for value in node:
-            yield from _walk(value)
+            yield from walk(value)
 
 
 def _manifest(text: str) -> dict[str, Any]:
@@ -325,7 +326,7 @@ def references(doc: dict[str, Any], namespace: str | None = None) -> set[Ref]:
     runtime that ``doc`` (and any object its resource templates create) names."""
     ns = doc.get("metadata", {}).get("namespace") or namespace
     refs: set[Ref] = set()
-    for node in _walk({k: v for k, v in doc.items() if k != "metadata"}):
+    for node in walk({k: v for k, v in doc.items() if k != "metadata"}):
         for key, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
             if isinstance(node.get(key), dict):
                 refs.add(Ref(kind, ns, node[key]["name"], bool(node[key].get("optional"))))

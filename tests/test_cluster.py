@@ -6,7 +6,6 @@ Volcano, and the Trainer v2 runtime is what the flow renders."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from steps.common.config import package_version
+from tests.cluster_build import kubectl, walk
 from tests.conftest import REPO_ROOT, SHARED
 from tests.servers import SeaweedFS
 
@@ -30,12 +30,6 @@ OPTIONAL_BASES = {"scheduling", "trainer", "kserve"}
 CRD_KINDS = {"ClusterTrainingRuntime", "Queue"}
 VALIDATOR = SHARED / "tools" / "validate_manifests.py"
 K8S_VERSION = "1.33.0"
-
-
-def kubectl() -> str:
-    found = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
-    assert Path(found).exists(), "kubectl is missing: pip install -e '.[dev]'"
-    return found
 
 
 def render(base: str) -> list[dict[str, Any]]:
@@ -59,16 +53,6 @@ def all_manifests() -> list[dict[str, Any]]:
             if doc and doc.get("kind") != "Kustomization":
                 docs.append(doc)
     return docs
-
-
-def walk(node: Any):
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from walk(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from walk(value)
 
 
 @pytest.mark.parametrize("base", LOCAL_BASES)

@@ -20,9 +20,9 @@ import yaml
 
 from tests import cluster_build
 from tests.cluster_build import BUILT_LAYERS as BUILT
-from tests.cluster_build import POPULATE, SHARED_VENDOR, kustomize
+from tests.cluster_build import POPULATE, SHARED_VENDOR, kustomize, walk
 from tests.conftest import REPO_ROOT, SHARED
-from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR, walk
+from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR
 from tests.test_cluster_vendor import vendor
 
 LATEST = re.compile(r"[\w.-]+/[\w./-]+:latest\b")

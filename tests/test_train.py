@@ -28,8 +28,8 @@ from steps.common.config import flatten, load_config
 from steps.common.models import build_model
 from steps.common.storage import open_store
 from steps.stage_data.stage import parse_source, stage_dataset
-from steps.train.fit import DEBUG_DIR_ENV, STOP_AFTER_ENV, StopRequested
-from steps.train.state import checkpoint_epochs, checkpoint_key, state_checksum
+from steps.train.checkpoints import checkpoint_epochs, checkpoint_key
+from steps.train.hooks import DEBUG_DIR_ENV, STOP_AFTER_ENV, StopRequested, state_checksum
 from steps.train.step import build_parser, main, run
 from tests.conftest import REPO_ROOT, S3Bucket
 from tests.mlflow_server import MLflowServer

@@ -14,15 +14,15 @@ from steps.common.config import TrainConfig
 from steps.common.device import cpu_bf16_features
 from steps.common.models import ARCHITECTURES, build_model, count_parameters
 from steps.common.storage import LocalStore
-from steps.train.data import Batches, crop_flip, epoch_order
-from steps.train.loop import one_cycle, use_bf16_autocast
-from steps.train.state import (
+from steps.train.checkpoints import (
     checkpoint_epochs,
     checkpoint_key,
     load_checkpoint,
     newest_checkpoint,
     save_checkpoint,
 )
+from steps.train.data import Batches, crop_flip, epoch_order
+from steps.train.loop import one_cycle, use_bf16_autocast
 
 
 @pytest.mark.parametrize(

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
-import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,37 +19,16 @@ from torch.nn.parallel import DistributedDataParallel
 
 from steps.common.config import ConfigError, PipelineConfig, TrainConfig
 from steps.common.models import build_model
-from steps.common.storage import LocalStore, Store, open_store
+from steps.common.storage import Store, open_store
 from steps.common.tracking import TrackedRun
+from steps.train.checkpoints import Progress, resume, save_checkpoint, training_state
 from steps.train.data import Batches, Dataset, load_dataset
-from steps.train.loop import (
-    epoch_metrics,
-    evaluate,
-    one_cycle,
-    rates,
-    train_one_epoch,
-    use_bf16_autocast,
-)
+from steps.train.distributed import Dist, average_buffers
+from steps.train.hooks import Hooks
+from steps.train.loop import evaluate, one_cycle, train_one_epoch, use_bf16_autocast
+from steps.train.outputs import model_meta, write_model
 from steps.train.report import log_final, log_start
-from steps.train.state import (
-    Dist,
-    all_reduce_sum,
-    average_buffers,
-    barrier,
-    model_meta,
-    resume,
-    rng_state,
-    save_checkpoint,
-    state_checksum,
-    write_model,
-)
-
-STOP_AFTER_ENV = "CIFAR_TRAIN_STOP_AFTER_EPOCH"  # tests: exit 3 once epoch k is checkpointed
-DEBUG_DIR_ENV = "CIFAR_TRAIN_DEBUG_DIR"  # tests: each rank writes rank-N.json (weights sha256)
-
-
-class StopRequested(Exception):
-    """The test-only stop flag fired after a checkpoint."""
+from steps.train.totals import EpochTotals, epoch_metrics
 
 
 @dataclass
@@ -93,7 +69,23 @@ class Training:
         return {"model": self.raw, "optimizer": self.optimizer, "scheduler": self.scheduler}
 
 
-def fit(args, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None) -> TrainResult:
+@dataclass(frozen=True)
+class RunContext:
+    """What stays the same from epoch to epoch: settings, ranks, where checkpoints go and
+    metrics are logged, how rank 0 speaks, and the test hooks."""
+
+    hp: TrainConfig
+    d: Dist
+    store: Store
+    identity: dict[str, Any]  # what a checkpoint must match to be resumed
+    tracked: TrackedRun | None
+    say: Callable[[str], None]
+    hooks: Hooks
+
+
+def fit(
+    args, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None, hooks: Hooks
+) -> TrainResult:
     hp = cfg.train
     say = functools.partial(print, file=sys.stderr, flush=True) if d.is_main else _quiet
 
@@ -109,13 +101,13 @@ def fit(args, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None) -> Train
     # Resume from the newest intact checkpoint of this output, if there is one.
     store = open_store(args.output, cfg.storage)
     identity = {"architecture": hp.model, "width": hp.width, "dataset_digest": data.digest}
-    restored = resume(store, d, identity, training.modules, say)
-    progress = {"epoch": 0, "train_seconds": 0.0, "time_to_target_s": None}
-    history: list[dict[str, float]] = []
-    if restored:
-        progress, history = restored["progress"], restored["history"]
-        say(f"resumed after epoch {progress['epoch']} of {hp.epochs}")
-    start_epoch = progress["epoch"]
+    ctx = RunContext(hp, d, store, identity, tracked, say, hooks)
+    progress = resume(store, d, identity, training.modules, say)
+    if progress:
+        say(f"resumed after epoch {progress.epoch} of {hp.epochs}")
+    else:
+        progress = Progress()
+    start_epoch, done_before = progress.epoch, len(progress.history)
     if d.distributed:
         on_gpu = d.device.type == "cuda"
         device_ids = [d.device.index] if on_gpu else None
@@ -130,41 +122,37 @@ def fit(args, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None) -> Train
         f"per epoch{', bf16 autocast' if training.use_bf16 else ''}"
     )
 
-    totals, speeds = run_epochs(hp, training, d, store, identity, progress, history, tracked, say)
+    totals = run_epochs(ctx, training, progress)
     if totals is None:  # resumed after the last epoch: evaluate the restored weights
-        test_totals = evaluate(
+        test, confusion = evaluate(
             training.raw, training.test_batches, training.num_classes, training.autocast
         )
-        totals = all_reduce_sum(torch.cat([test_totals.new_zeros(3), test_totals]), d)
-    test_acc = rates(totals[3:6])[1]
+        totals = EpochTotals(test.new_zeros(3), test, confusion).all_reduced(d)
+    test_acc = totals.test_accuracy
+    speeds = [h["images_per_s"] for h in progress.history[done_before:]]  # this attempt's
 
     # Outputs: weights, then model.json (which publishes them), then MLflow.
-    meta = model_meta(hp, data, args.dataset, test_acc, progress["epoch"])
+    meta = model_meta(hp, data, args.dataset, test_acc, progress.epoch)
     if d.is_main:
         write_model(store, training.raw, meta)
-    if os.environ.get(DEBUG_DIR_ENV):  # tests compare the ranks' weights
-        debug = {"rank": d.rank, "weights_sha256": state_checksum(training.raw)}
-        LocalStore(Path(os.environ[DEBUG_DIR_ENV])).write_bytes(
-            f"rank-{d.rank}.json", json.dumps({**debug, "start_epoch": start_epoch}).encode()
-        )
+    hooks.at_end(training.raw, start_epoch, d)
     if tracked:
-        n = training.num_classes
-        confusion = totals[6:].view(n, n).long().cpu().numpy()
+        confusion = totals.confusion.long().cpu().numpy()
         example = next(training.test_batches.ordered(2))[0]
-        logged = log_final(tracked, training.raw, example, history, confusion, meta, progress)
+        logged = log_final(tracked, training.raw, example, confusion, meta, progress)
         say(f"MLflow model {logged}")
     return TrainResult(
         model_uri=store.root,
         test_accuracy=test_acc,
-        epochs=progress["epoch"],
+        epochs=progress.epoch,
         start_epoch=start_epoch,
         world_size=d.world_size,
         device=str(d.device),
-        train_seconds=progress["train_seconds"],
-        time_to_target_s=progress["time_to_target_s"],
+        train_seconds=progress.train_seconds,
+        time_to_target_s=progress.time_to_target_s,
         images_per_s=sum(speeds) / len(speeds) if speeds else None,
         mlflow_run_id=tracked.run_id if tracked else None,
-        history=history,
+        history=progress.history,
     )
 
 
@@ -206,70 +194,55 @@ def build_training(hp: TrainConfig, data: Dataset, d: Dist) -> Training:
     )
 
 
-def run_epochs(
-    hp: TrainConfig,
-    t: Training,
-    d: Dist,
-    store: Store,
-    identity: dict[str, Any],
-    progress: dict[str, Any],
-    history: list[dict[str, float]],
-    tracked: TrackedRun | None,
-    say: Callable[[str], None],
-) -> tuple[torch.Tensor | None, list[float]]:
+def run_epochs(ctx: RunContext, t: Training, progress: Progress) -> EpochTotals | None:
     """Train, evaluate and checkpoint epoch after epoch, until the epoch count or the target
-    accuracy; ``progress`` and ``history`` grow as it goes. Returns the last epoch's
-    all-reduced sums (None when no epoch was left to run) and each epoch's images/s."""
-    stop_after = int(os.environ.get(STOP_AFTER_ENV) or 0)
-    start_epoch = progress["epoch"]
-    end_epoch = start_epoch if progress["time_to_target_s"] is not None else hp.epochs
-    totals, speeds = None, []
+    accuracy; ``progress`` grows as it goes. Returns the last epoch's totals over all ranks
+    (None when no epoch was left to run)."""
+    hp, d, say = ctx.hp, ctx.d, ctx.say
+    start_epoch = progress.epoch
+    end_epoch = start_epoch if progress.time_to_target_s is not None else hp.epochs
+    totals = None
     for epoch in range(start_epoch, end_epoch):
         tic = time.perf_counter()
-        train_totals = train_one_epoch(
+        train_sums = train_one_epoch(
             t.model, t.train_batches, epoch, t.optimizer, t.scheduler, t.criterion, t.autocast
         )
         if d.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - tic
         average_buffers(t.raw, d)  # BatchNorm statistics: the mean over ranks
-        test_totals = evaluate(t.raw, t.test_batches, t.num_classes, t.autocast)
-        totals = all_reduce_sum(torch.cat([train_totals, test_totals]), d)
+        test_sums, confusion = evaluate(t.raw, t.test_batches, t.num_classes, t.autocast)
+        totals = EpochTotals(train_sums, test_sums, confusion).all_reduced(d)
         lr = t.optimizer.param_groups[0]["lr"]
         metrics = epoch_metrics(
             totals, lr, seconds, t.train_batches.steps_per_epoch * hp.batch_size
         )
-        speeds.append(metrics["images_per_s"])
-        history.append({"epoch": epoch + 1, **metrics})
+        progress.history.append({"epoch": epoch + 1, **metrics})
         test_acc = metrics["test_accuracy"]
         reached = hp.target_accuracy is not None and test_acc >= hp.target_accuracy
-        progress["train_seconds"] += seconds
+        progress.train_seconds += seconds
         if reached:
-            progress["time_to_target_s"] = progress["train_seconds"]
-        progress["epoch"] = epoch + 1
+            progress.time_to_target_s = progress.train_seconds
+        progress.epoch = epoch + 1
         last = reached or epoch + 1 == hp.epochs
         say(
             f"epoch {epoch + 1}/{hp.epochs}  train loss {metrics['train_loss']:.4f} acc "
             f"{metrics['train_accuracy']:.4f}  test loss {metrics['test_loss']:.4f} acc "
-            f"{test_acc:.4f}  {speeds[-1]:,.0f} img/s  {seconds:.2f} s"
+            f"{test_acc:.4f}  {metrics['images_per_s']:,.0f} img/s  {seconds:.2f} s"
         )
-        if tracked:
-            tracked.log_metrics(metrics, step=epoch + 1)
+        if ctx.tracked:
+            ctx.tracked.log_metrics(metrics, step=epoch + 1)
         if d.is_main and ((epoch + 1) % hp.checkpoint_every == 0 or last):
-            state = {"epoch": epoch + 1, "identity": identity, "rng": rng_state()}
-            state |= {name: module.state_dict() for name, module in t.modules.items()}
-            state |= {"progress": progress, "history": history}
-            say(f"checkpoint {save_checkpoint(store, epoch + 1, state, hp.keep_checkpoints)}")
-        if stop_after == epoch + 1 and not last:
-            barrier(d)  # the other ranks wait for rank 0's checkpoint before exiting
-            raise StopRequested(f"stopped after epoch {epoch + 1} ({STOP_AFTER_ENV})")
+            state = training_state(epoch + 1, ctx.identity, t.modules, progress)
+            say(f"checkpoint {save_checkpoint(ctx.store, epoch + 1, state, hp.keep_checkpoints)}")
+        ctx.hooks.after_epoch(epoch + 1, last, d)
         if reached:
             say(
                 f"reached test accuracy {test_acc:.4f} >= {hp.target_accuracy} after "
-                f"{progress['time_to_target_s']:.1f} s of training"
+                f"{progress.time_to_target_s:.1f} s of training"
             )
             break
-    return totals, speeds
+    return totals
 
 
 def _quiet(*_args, **_kwargs) -> None:

@@ -1,6 +1,6 @@
 """The training step's inner loop: the one-cycle schedule, one epoch of training, and the
 evaluation of a rank's test shard. Each returns sums on the device (no host sync per
-step); the caller all-reduces them across ranks once per epoch.
+step); the caller all-reduces them across ranks once per epoch (``steps.train.totals``).
 """
 
 from __future__ import annotations
@@ -52,8 +52,11 @@ def train_one_epoch(model, batches: Batches, epoch, optimizer, scheduler, criter
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Batches, num_classes: int, autocast) -> torch.Tensor:
-    """[loss sum, correct, images, confusion (flattened)] over this rank's test shard."""
+def evaluate(
+    model: nn.Module, batches: Batches, num_classes: int, autocast
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[loss sum, correct, images] and the confusion matrix (classes x classes, true class
+    by row) over this rank's test shard, both float64 on the device."""
     model.eval()
     device = batches.images.device
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
@@ -65,29 +68,9 @@ def evaluate(model: nn.Module, batches: Batches, num_classes: int, autocast) -> 
         confusion += torch.bincount(
             labels * num_classes + logits.argmax(1), minlength=num_classes**2
         )
-    correct = confusion.view(num_classes, num_classes).diagonal().sum()
-    return torch.cat(
-        [torch.stack([loss_sum, correct.double(), confusion.sum().double()]), confusion.double()]
-    )
-
-
-def rates(totals: torch.Tensor) -> tuple[float, float]:
-    """(mean loss, accuracy) from [loss sum, correct, images]."""
-    return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
-
-
-def epoch_metrics(totals: torch.Tensor, lr: float, seconds: float, images: int) -> dict:
-    """An epoch's figures from the all-reduced [train sums, test sums, ...] tensor."""
-    (train_loss, train_acc), (test_loss, test_acc) = rates(totals[:3]), rates(totals[3:6])
-    return {
-        "train_loss": train_loss,
-        "train_accuracy": train_acc,
-        "test_loss": test_loss,
-        "test_accuracy": test_acc,
-        "lr": lr,
-        "images_per_s": images / seconds,
-        "epoch_seconds": seconds,
-    }
+    matrix = confusion.view(num_classes, num_classes)
+    sums = torch.stack([loss_sum, matrix.diagonal().sum().double(), confusion.sum().double()])
+    return sums, matrix.double()
 
 
 def use_bf16_autocast(hp: TrainConfig, device: torch.device) -> bool:

@@ -22,6 +22,7 @@ from mlflow.types import Schema, TensorSpec
 
 from steps.common.config import PipelineConfig, flatten
 from steps.common.tracking import TrackedRun
+from steps.train.checkpoints import Progress
 from steps.train.data import Dataset
 
 # MLflow's dataset digest column holds 36 characters; the full sha256 goes in a tag.
@@ -84,22 +85,21 @@ def log_final(
     tracked: TrackedRun,
     model: torch.nn.Module,
     example: torch.Tensor,
-    history: list[dict[str, float]],
     confusion: np.ndarray,
     meta: dict[str, Any],
-    progress: dict[str, Any],
+    progress: Progress,
 ) -> str:
     """Final metrics, plots, model.json and the model (torch.export format: reloadable
     without this package); returns the logged model's URI."""
     final = {
         "final_test_accuracy": meta["test_accuracy"],
-        "train_seconds": progress["train_seconds"],
+        "train_seconds": progress.train_seconds,
     }
-    if progress["time_to_target_s"] is not None:
-        final["time_to_target_s"] = progress["time_to_target_s"]
-    tracked.log_metrics(final, step=progress["epoch"])
+    if progress.time_to_target_s is not None:
+        final["time_to_target_s"] = progress.time_to_target_s
+    tracked.log_metrics(final, step=progress.epoch)
     for name, fig in (
-        ("plots/curves.png", curves_figure(history)),
+        ("plots/curves.png", curves_figure(progress.history)),
         ("plots/confusion_matrix.png", confusion_figure(confusion, meta["classes"])),
     ):
         mlflow.log_figure(fig, name)

@@ -26,17 +26,18 @@ from dataclasses import asdict
 from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.step_cli import add_common, run_main, startup_seconds, write_outputs
 from steps.common.tracking import TrackingError, open_run
-from steps.train.fit import StopRequested, TrainResult, fit
-from steps.train.state import (
-    CheckpointMismatch,
+from steps.train.checkpoints import CheckpointMismatch
+from steps.train.distributed import (
     Dist,
     barrier,
     broadcast_object,
     setup_distributed,
     teardown_distributed,
 )
+from steps.train.fit import TrainResult, fit
+from steps.train.hooks import StopRequested, from_environment
 
-STOPPED_EXIT = 3  # the test-only stop after a checkpoint (steps.train.fit.STOP_AFTER_ENV)
+STOPPED_EXIT = 3  # the test-only stop after a checkpoint (steps.train.hooks.STOP_AFTER_ENV)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,7 +91,7 @@ def _train(args: argparse.Namespace, cfg: PipelineConfig, d: Dist) -> TrainResul
     if problem:
         raise TrackingError(problem if d.is_main else "rank 0 could not open the MLflow run")
     try:
-        result = fit(args, cfg, d, tracked)
+        result = fit(args, cfg, d, tracked, from_environment())
     except BaseException:
         if tracked:
             tracked.finish(succeeded=False)

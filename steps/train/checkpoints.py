@@ -1,12 +1,10 @@
-"""The training step's process group, checkpoints and model outputs.
-
-Ranks: ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` as torchrun (or the Training Operator,
-for a pod per process) sets them; none set is one process. gloo on CPU, NCCL on GPU.
+"""The training step's checkpoints: what one holds, writing it, finding the newest intact
+one and resuming from it.
 
 Checkpoints: ``<model>/checkpoints/epoch-NNNN.pt`` (model, optimizer, scheduler, RNG,
-epoch, history) and then ``epoch-NNNN.json`` with its sha256. The sidecar is written
-last, so a checkpoint without one is incomplete and ignored; one whose bytes do not match
-it, or that does not load, is reported and the previous one is used instead.
+epoch, progress, history) and then ``epoch-NNNN.json`` with its sha256. The sidecar is
+written last, so a checkpoint without one is incomplete and ignored; one whose bytes do not
+match it, or that does not load, is reported and the previous one is used instead.
 """
 
 from __future__ import annotations
@@ -14,98 +12,44 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE
 from steps.common.storage import StorageError, Store
 from steps.common.weights import WeightsError, load_weights
+from steps.train.distributed import Dist, broadcast_object
 
 CHECKPOINTS = "checkpoints"
 _SIDECAR = re.compile(rf"^{CHECKPOINTS}/epoch-(\d+)\.json$")
 
 
-@dataclass(frozen=True)
-class Dist:
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
+@dataclass
+class Progress:
+    """How far training has come, over all attempts: saved in every checkpoint."""
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
+    epoch: int = 0  # epochs done
+    train_seconds: float = 0.0  # training loops only
+    time_to_target_s: float | None = None  # set once train.target_accuracy is reached
+    history: list[dict[str, float]] = field(default_factory=list)  # one entry per epoch
 
 
-def setup_distributed() -> Dist:
-    """Join the process group the environment describes; pick this rank's device."""
-    rank = int(os.environ.get("RANK", "0"))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
-    return Dist(rank, world_size, local_rank, device)
-
-
-def teardown_distributed() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def all_reduce_sum(tensor: torch.Tensor, d: Dist) -> torch.Tensor:
-    if d.distributed:
-        dist.all_reduce(tensor)
-    return tensor
-
-
-def broadcast_object(obj: Any, d: Dist) -> Any:
-    """Rank 0's value of ``obj`` on every rank."""
-    if not d.distributed:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def barrier(d: Dist) -> None:
-    if d.distributed:
-        dist.barrier()
-
-
-def average_buffers(model: torch.nn.Module, d: Dist) -> None:
-    """Average BatchNorm running statistics over ranks: each rank saw other batches."""
-    if not d.distributed:
-        return
-    for buffer in model.buffers():
-        if buffer.is_floating_point():
-            dist.all_reduce(buffer)
-            buffer.div_(d.world_size)
-
-
-def state_checksum(model: torch.nn.Module) -> str:
-    """sha256 over the state dict's names and bytes: equal on ranks with equal weights."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()
+def training_state(
+    epoch: int, identity: dict[str, Any], modules: dict[str, Any], progress: Progress
+) -> dict[str, Any]:
+    """What a checkpoint holds after ``epoch``; ``resume`` reads it back."""
+    state = {"epoch": epoch, "identity": identity, "rng": rng_state()}
+    state |= {name: module.state_dict() for name, module in modules.items()}
+    figures = {
+        "epoch": progress.epoch,
+        "train_seconds": progress.train_seconds,
+        "time_to_target_s": progress.time_to_target_s,
+    }
+    return state | {"progress": figures, "history": progress.history}
 
 
 def rng_state() -> dict[str, Any]:
@@ -195,10 +139,10 @@ def resume(
     identity: dict[str, Any],
     modules: dict[str, Any],
     say: Callable[[str], None],
-) -> dict[str, Any] | None:
-    """Restore ``modules`` (model, optimizer, scheduler: anything with load_state_dict) from
-    the newest intact checkpoint; rank 0 picks it, every rank loads the same one. Returns
-    the checkpoint (its ``progress`` and ``history``), or None for a fresh start."""
+) -> Progress | None:
+    """Restore ``modules`` (model, optimizer, scheduler: anything with load_state_dict) and
+    the RNG from the newest intact checkpoint; rank 0 picks it, every rank loads the same
+    one. Returns the checkpoint's progress, or None for a fresh start."""
     found = newest_checkpoint(store, say) if d.is_main else None
     epoch = broadcast_object(found[0] if found else None, d)
     if epoch is None:
@@ -216,29 +160,4 @@ def resume(
     for name, module in modules.items():
         module.load_state_dict(state[name])
     set_rng_state(state["rng"])
-    return state
-
-
-def model_meta(hp, data, dataset_uri: str, test_accuracy: float, epochs: int) -> dict[str, Any]:
-    """``model.json``: what the optimize, benchmark and predict steps need to rebuild it."""
-    return {
-        "architecture": hp.model,
-        "num_classes": len(data.classes),
-        "classes": data.classes,
-        "mean": list(CIFAR10_MEAN),
-        "std": list(CIFAR10_STD),
-        "input_shape": list(INPUT_SHAPE),
-        "dataset_uri": dataset_uri,
-        "dataset_digest": data.digest,
-        "test_accuracy": test_accuracy,
-        "epochs": epochs,
-        "width": hp.width,  # build_model(architecture, num_classes, width)
-    }
-
-
-def write_model(store: Store, model: torch.nn.Module, meta: dict[str, Any]) -> None:
-    """``weights.pt`` (CPU state dict), then ``model.json``, which publishes the model."""
-    buffer = io.BytesIO()
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
-    store.write_bytes("weights.pt", buffer.getvalue())
-    store.write_bytes("model.json", json.dumps(meta, indent=2).encode())
+    return Progress(**state["progress"], history=state["history"])

@@ -1,8 +1,9 @@
-"""The trainer's parts on their own: networks, the tensor data path, the schedule and
-checkpoints (no torchrun, no servers)."""
+"""The trainer's parts on their own: networks, the tensor data path, the schedule, the
+epoch totals, checkpoints and resume, the test hooks (no torchrun, no servers)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 
@@ -15,14 +16,29 @@ from steps.common.device import cpu_bf16_features
 from steps.common.models import ARCHITECTURES, build_model, count_parameters
 from steps.common.storage import LocalStore
 from steps.train.checkpoints import (
+    CheckpointMismatch,
+    Progress,
     checkpoint_epochs,
     checkpoint_key,
     load_checkpoint,
     newest_checkpoint,
+    resume,
     save_checkpoint,
+    training_state,
 )
 from steps.train.data import Batches, crop_flip, epoch_order
-from steps.train.loop import one_cycle, use_bf16_autocast
+from steps.train.distributed import Dist
+from steps.train.hooks import (
+    DEBUG_DIR_ENV,
+    STOP_AFTER_ENV,
+    StopRequested,
+    from_environment,
+    state_checksum,
+)
+from steps.train.loop import evaluate, one_cycle, use_bf16_autocast
+from steps.train.totals import EpochTotals, epoch_metrics
+
+ONE_PROCESS = Dist(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
 
 @pytest.mark.parametrize(
@@ -151,3 +167,122 @@ def test_no_intact_checkpoint_means_a_fresh_start(tmp_path) -> None:
     messages: list[str] = []
     assert newest_checkpoint(store, messages.append) is None
     assert len(messages) == 1
+
+
+def test_epoch_totals_cross_the_all_reduce_as_one_tensor_and_come_back_by_name() -> None:
+    f64 = {"dtype": torch.float64}
+    totals = EpochTotals(
+        train=torch.tensor([6.0, 3.0, 4.0], **f64),
+        test=torch.tensor([2.0, 1.0, 2.0], **f64),
+        confusion=torch.tensor([[1.0, 0.0], [1.0, 0.0]], **f64),
+    )
+    flat = totals.to_tensor()
+    assert flat.shape == (3 + 3 + 2 * 2,)
+    summed = EpochTotals.from_tensor(flat * 2, num_classes=2)  # two ranks with equal sums
+    assert torch.equal(summed.train, totals.train * 2)
+    assert torch.equal(summed.test, totals.test * 2)
+    assert torch.equal(summed.confusion, totals.confusion * 2)
+    assert summed.test_accuracy == 0.5
+    assert epoch_metrics(summed, lr=0.1, seconds=2.0, images=8) == {
+        "train_loss": 1.5,
+        "train_accuracy": 0.75,
+        "test_loss": 1.0,
+        "test_accuracy": 0.5,
+        "lr": 0.1,
+        "images_per_s": 4.0,
+        "epoch_seconds": 2.0,
+    }
+    alone = totals.all_reduced(ONE_PROCESS)  # one process: the sums as they are
+    assert torch.equal(alone.to_tensor(), flat)
+
+
+class AlwaysClass(torch.nn.Module):
+    """Logits that pick ``label`` for every image."""
+
+    def __init__(self, label: int, num_classes: int) -> None:
+        super().__init__()
+        self.logits = torch.nn.functional.one_hot(torch.tensor(label), num_classes).float()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.logits.expand(len(images), -1)
+
+
+def test_evaluate_sums_agree_with_its_confusion_matrix() -> None:
+    labels = torch.tensor([0, 0, 1, 2, 2, 2])
+    batches = Batches(torch.zeros(6, 32, 32, 3, dtype=torch.uint8), labels, global_batch=6)
+    sums, confusion = evaluate(AlwaysClass(2, 3), batches, 3, contextlib.nullcontext)
+    assert confusion.tolist() == [[0, 0, 2], [0, 0, 1], [0, 0, 3]]  # true class by row
+    assert sums[1:].tolist() == [3.0, 6.0]  # correct, images
+    assert sums.dtype == confusion.dtype == torch.float64
+
+
+def small_training() -> dict:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, one_cycle(10, 2))
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    return {"model": model, "optimizer": optimizer, "scheduler": scheduler}
+
+
+def test_resume_restores_modules_rng_and_progress_of_the_checkpoint(tmp_path) -> None:
+    store, identity = LocalStore(tmp_path), {"architecture": "linear", "dataset_digest": "d"}
+    saved = small_training()
+    progress = Progress(epoch=2, train_seconds=1.5, history=[{"epoch": 1.0}, {"epoch": 2.0}])
+    save_checkpoint(store, 2, training_state(2, identity, saved, progress), keep=2)
+    expected_draw = torch.rand(3)  # what the RNG gives right after the checkpoint
+
+    restored = {"model": torch.nn.Linear(4, 2)}
+    restored["optimizer"] = torch.optim.SGD(restored["model"].parameters(), lr=0.1, momentum=0.9)
+    restored["scheduler"] = torch.optim.lr_scheduler.LambdaLR(
+        restored["optimizer"], one_cycle(10, 2)
+    )
+    assert resume(store, ONE_PROCESS, identity, restored, print) == progress
+    assert torch.equal(torch.rand(3), expected_draw)
+    assert state_checksum(restored["model"]) == state_checksum(saved["model"])
+    momentum = [
+        restored["optimizer"].state[p]["momentum_buffer"] for p in restored["model"].parameters()
+    ]
+    expected = [saved["optimizer"].state[p]["momentum_buffer"] for p in saved["model"].parameters()]
+    assert all(map(torch.equal, momentum, expected))
+    assert restored["scheduler"].last_epoch == saved["scheduler"].last_epoch == 1
+    with pytest.raises(CheckpointMismatch, match=r"was trained with .*'linear'.*, not"):
+        resume(store, ONE_PROCESS, {**identity, "dataset_digest": "e"}, restored, print)
+    assert resume(LocalStore(tmp_path / "empty"), ONE_PROCESS, identity, restored, print) is None
+
+
+@pytest.mark.parametrize(
+    ("stop_after", "epoch", "last", "stops"),
+    [
+        pytest.param(None, 1, False, False, id="not-asked"),
+        pytest.param("2", 1, False, False, id="before-k"),
+        pytest.param("2", 2, False, True, id="at-k"),
+        pytest.param("2", 2, True, False, id="at-k-but-the-last-epoch"),
+    ],
+)
+def test_stop_hook_fires_after_epoch_k_unless_no_epoch_follows(
+    monkeypatch, stop_after, epoch, last, stops
+) -> None:
+    monkeypatch.delenv(DEBUG_DIR_ENV, raising=False)
+    if stop_after:
+        monkeypatch.setenv(STOP_AFTER_ENV, stop_after)
+    else:
+        monkeypatch.delenv(STOP_AFTER_ENV, raising=False)
+    hooks = from_environment()
+    if stops:
+        with pytest.raises(StopRequested, match=f"stopped after epoch {epoch} "):
+            hooks.after_epoch(epoch, last, ONE_PROCESS)
+    else:
+        hooks.after_epoch(epoch, last, ONE_PROCESS)
+
+
+def test_debug_hook_writes_each_ranks_weights_checksum(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv(STOP_AFTER_ENV, raising=False)
+    monkeypatch.setenv(DEBUG_DIR_ENV, str(tmp_path))
+    model = torch.nn.Linear(4, 2)
+    rank_1 = Dist(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"))
+    from_environment().at_end(model, 3, rank_1)
+    written = json.loads((tmp_path / "rank-1.json").read_text())
+    assert written == {"rank": 1, "weights_sha256": state_checksum(model), "start_epoch": 3}

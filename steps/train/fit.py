@@ -5,6 +5,7 @@ writes checkpoints and the model, and logs to MLflow.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import sys
@@ -84,7 +85,7 @@ class RunContext:
 
 
 def fit(
-    args, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None, hooks: Hooks
+    args: argparse.Namespace, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None, hooks: Hooks
 ) -> TrainResult:
     hp = cfg.train
     say = functools.partial(print, file=sys.stderr, flush=True) if d.is_main else _quiet
@@ -101,7 +102,6 @@ def fit(
     # Resume from the newest intact checkpoint of this output, if there is one.
     store = open_store(args.output, cfg.storage)
     identity = {"architecture": hp.model, "width": hp.width, "dataset_digest": data.digest}
-    ctx = RunContext(hp, d, store, identity, tracked, say, hooks)
     progress = resume(store, d, identity, training.modules, say)
     if progress:
         say(f"resumed after epoch {progress.epoch} of {hp.epochs}")
@@ -122,6 +122,7 @@ def fit(
         f"per epoch{', bf16 autocast' if training.use_bf16 else ''}"
     )
 
+    ctx = RunContext(hp, d, store, identity, tracked, say, hooks)
     totals = run_epochs(ctx, training, progress)
     if totals is None:  # resumed after the last epoch: evaluate the restored weights
         test, confusion = evaluate(
@@ -137,9 +138,9 @@ def fit(
         write_model(store, training.raw, meta)
     hooks.at_end(training.raw, start_epoch, d)
     if tracked:
-        confusion = totals.confusion.long().cpu().numpy()
+        matrix = totals.confusion.long().cpu().numpy()
         example = next(training.test_batches.ordered(2))[0]
-        logged = log_final(tracked, training.raw, example, confusion, meta, progress)
+        logged = log_final(tracked, training.raw, example, matrix, meta, progress)
         say(f"MLflow model {logged}")
     return TrainResult(
         model_uri=store.root,

@@ -8,8 +8,9 @@ loaded), runs ``PyFuncModel.predict`` and writes ``{"predictions": ...}`` with
 (mlflow 3.x ``mlflow/pyfunc/scoring_server/__init__.py``: ``parse_tf_serving_input``,
 ``invocations``, ``predictions_to_json``). This module calls those same functions, so a
 request is refused with the same one-line message and answered with the same bytes; what
-it adds is a complete check of the shape and dtype before a request may join a batch, and
-the limit on images per request.
+it adds is a complete check of the shape and dtype before a request may join a batch, the
+limit on images per request, and a fast read of the usual body (``steps.serve.pixels``:
+integer pixels, parsed with numpy; anything else takes MLflow's path).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from mlflow.protos.databricks_pb2 import BAD_REQUEST
 from mlflow.types import TensorSpec
 from mlflow.utils import proto_json_utils
 from mlflow.utils.proto_json_utils import NumpyEncoder, _get_jsonable_obj
+
+from steps.serve.pixels import PixelParser
 
 INPUT_KEYS = ("inputs", "instances")  # the TF-serving keys MLflow takes for a tensor
 # A JSON pixel takes at most "255, " (5 bytes), "255.0, " (7) or, pretty-printed, a line
@@ -59,11 +62,17 @@ class Predictor:
         self.max_images = max_request_images
         per_image = math.prod(abs(d) for d in self.shape[1:])
         self.max_body = max_request_images * per_image * BYTES_PER_VALUE + 65536
+        # uint8 pixels as integers, read without building Python lists (the common body).
+        self.pixels = PixelParser(self.shape) if self.dtype == np.uint8 else None
 
     def parse(self, body: bytes) -> np.ndarray:
         """The request's images, exactly as the signature says, or an MlflowException (400)
         naming what was expected; RequestTooLarge past the image limit, before any array
         is built."""
+        images = self.pixels.parse(body) if self.pixels is not None else None
+        if images is not None:
+            self.check_count(len(images))
+            return images
         try:
             doc = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -73,11 +82,8 @@ class Predictor:
             got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
             raise bad_request(f'expected a JSON object {{"inputs": [images]}}; got {got}')
         data = doc[keys[0]]
-        if isinstance(data, list) and len(data) > self.max_images:
-            raise RequestTooLarge(
-                f"{len(data)} images in one request; at most {self.max_images} "
-                "(serving.max_request_images): send them in several requests"
-            )
+        if isinstance(data, list):
+            self.check_count(len(data))
         # MLflow's own conversion, which the champion's strict_input check replaces.
         images = np.asarray(proto_json_utils.convert_data_type(data, self.spec))
         if (
@@ -93,6 +99,13 @@ class Predictor:
                 f"{images.shape}"
             )
         return images
+
+    def check_count(self, images: int) -> None:
+        if images > self.max_images:
+            raise RequestTooLarge(
+                f"{images} images in one request; at most {self.max_images} "
+                "(serving.max_request_images): send them in several requests"
+            )
 
     def __call__(self, images: np.ndarray) -> Sequence[Any]:
         """Rows of predictions for a batch, JSON-ready as MLflow writes them."""

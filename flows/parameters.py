@@ -46,7 +46,6 @@ PARAMETERS = (
     Param("gpus-per-node", "cluster.gpus_per_node", "nvidia.com/gpu per training pod"),
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
-FIELDS = {p.field for p in PARAMETERS}
 
 
 def ref(name: str) -> str:

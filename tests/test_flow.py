@@ -28,7 +28,8 @@ from flows.cifar import (
 )
 from flows.manifests.names import FlowError
 from flows.manifests.pod import config_args
-from steps.common.config import ConfigError, load_config, package_version
+from steps.common.config import ConfigError, load_config
+from steps.common.version import package_version
 from tests.conftest import REPO_ROOT, SHARED
 
 CONFIGS = sorted((REPO_ROOT / "configs").glob("*.yaml"))

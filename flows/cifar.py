@@ -140,14 +140,12 @@ def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
             _file_output("run-url", "run_url", RUN_URL_GLOBAL),
         ],
     )
-    data_source = parameters.ref("data-source") if parameterized else cfg.data.source
-    source = ["--source", data_source, "--dest", cfg.storage.root_uri]
     stage = container_step(
         cfg,
         name="stage",
         image="data",
         module="steps.stage_data",
-        args=[*source, *out_dir],
+        args=out_dir,
         settings=settings,
         outputs=[
             _file_output(name, name.replace("-", "_"))

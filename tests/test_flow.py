@@ -24,10 +24,10 @@ from flows.cifar import (
     build_submission,
     build_template,
     build_workflow,
-    stage_cache_key,
 )
 from flows.manifests.names import FlowError
 from flows.manifests.pod import config_args
+from flows.stage_step import stage_cache_key
 from steps.common.config import ConfigError, load_config
 from steps.common.version import package_version
 from tests.conftest import REPO_ROOT, SHARED

@@ -34,15 +34,15 @@ from steps.benchmark import step as benchmark  # noqa: E402
 from steps.common.config import load_config  # noqa: E402
 from steps.common.dataset import read_manifest, read_split  # noqa: E402
 from steps.common.device import device_name  # noqa: E402
-from steps.common.inference import (  # noqa: E402
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model  # noqa: E402
+from steps.common.optimized_variants import TorchAdapter, open_optimized  # noqa: E402
+from steps.common.storage import open_store  # noqa: E402
+from steps.common.trained_model import (  # noqa: E402
     load_test_split,
     load_trained,
     normalize,
     run_batched,
 )
-from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model  # noqa: E402
-from steps.common.runtime import TorchAdapter, open_optimized  # noqa: E402
-from steps.common.storage import open_store  # noqa: E402
 from steps.optimize import step as optimize  # noqa: E402
 from steps.stage_data.stage import parse_source, stage_dataset  # noqa: E402
 

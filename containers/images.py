@@ -10,26 +10,21 @@ the git revision. ``build`` prints each docker command before it runs it.
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from steps.common.version import git_revision, package_version  # noqa: E402
+
 IMAGES = {
     "data": "data.Dockerfile",
     "train": "train.Dockerfile",
     "optimize": "optimize.Dockerfile",
     "serve": "serve.Dockerfile",
 }
-
-
-def project_version() -> str:
-    text = (ROOT / "pyproject.toml").read_text()
-    match = re.search(r'^version = "([^"]+)"', text, re.MULTILINE)
-    if not match:
-        raise SystemExit("pyproject.toml: no [project] version")
-    return match.group(1)
 
 
 def config_tags() -> dict[str, str]:
@@ -44,7 +39,7 @@ def config_tags() -> dict[str, str]:
 
 
 def check() -> list[str]:
-    version = project_version()
+    version = package_version(ROOT)
     return [
         f"{path}: images.tag {tag!r} is not the package version {version!r}"
         for path, tag in config_tags().items()
@@ -52,17 +47,8 @@ def check() -> list[str]:
     ]
 
 
-def git_revision() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def build_commands(registry: str, names: list[str], push: bool) -> list[list[str]]:
-    version, revision = project_version(), git_revision()
+    version, revision = package_version(ROOT), git_revision(ROOT) or "unknown"
     commands = []
     for name in names:
         image = f"{registry.rstrip('/')}/cifar-{name}:{version}"
@@ -92,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"images: error: {problem}", file=sys.stderr)
     if problems or args.command == "check":
         if not problems:
-            print(f"all image tags are {project_version()}")
+            print(f"all image tags are {package_version(ROOT)}")
         return 1 if problems else 0
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(names) - set(IMAGES))

@@ -34,12 +34,12 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: python flows/cifar.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import hashlib
 from typing import Any
 
 from hera.workflows import (
     DAG,
     Artifact,
+    Container,
     CronWorkflow,
     NoneArchiveStrategy,
     Parameter,
@@ -49,23 +49,23 @@ from hera.workflows import (
 from hera.workflows import models as m
 
 from flows import parameters
-from flows.container_step import container_step
+from flows.container_step import container_step, file_output
 from flows.exit_step import (
     EXIT_HANDLER,
     REPORT_GC,
     RUN_ID_GLOBAL,
     define_exit_handler,
 )
-from flows.manifests.names import APP, annotations, label_value, labels, run_root, workflow_url
+from flows.manifests.names import APP, annotations, labels, run_root, workflow_url
 from flows.manifests.pod import (
     DATA_VOLUME,
     ISTIO_INJECT,
     OUTPUTS_DIR,
-    STEP_SECTIONS,
-    config_args,
     pod_security,
 )
+from flows.parameters import input_ref, step_settings
 from flows.serve_tasks import add_serving_tasks, serving_templates
+from flows.stage_step import stage_template
 from flows.train_step import train_templates
 from steps.common.config import PipelineConfig
 
@@ -73,147 +73,123 @@ GENERATE_NAME = "cifar-"
 TEMPLATE_NAME = APP  # the WorkflowTemplate every submission and schedule refers to
 ENTRYPOINT = "pipeline"
 RUN_URL_GLOBAL = "mlflow-run-url"
-
-
-def _inp(name: str) -> str:
-    return f"{{{{inputs.parameters.{name}}}}}"
-
-
-def _out(task: str, name: str) -> str:
-    return f"{{{{tasks.{task}.outputs.parameters.{name}}}}}"
-
-
-def _file_output(name: str, file: str, global_name: str | None = None) -> Parameter:
-    source = m.ValueFrom(path=f"{OUTPUTS_DIR}/{file}")
-    return Parameter(name=name, value_from=source, global_name=global_name)
-
-
-def stage_cache_key(cfg: PipelineConfig, *, parameterized: bool = False) -> str:
-    """Memoization key of staging: the data source and where it goes, and the version of
-    the code that stages it. Argo allows only ``[a-zA-Z0-9-]`` in a cache key; where the
-    source is a parameter, Argo hashes the value it was given."""
-    d = cfg.data
-    what = [d.url, d.md5, str(d.synthetic_seed), cfg.storage.root_uri, cfg.images.tag]
-    if parameterized:
-        rest = hashlib.sha256("|".join(what).encode()).hexdigest()[:12]
-        source = "sprig.sha256sum(workflow.parameters['data-source'])"
-        return f"stage-{rest}-{{{{=sprig.trunc(16, {source})}}}}"
-    digest = hashlib.sha256("|".join([d.source, *what]).encode()).hexdigest()[:16]
-    slug = label_value(d.source.split("/")[-1].lower()).replace(".", "-").replace("_", "-")
-    return f"stage-{slug[:30].strip('-')}-{digest}"
-
-
-def step_settings(cfg: PipelineConfig, *, parameterized: bool) -> list[str]:
-    """The config as every step's ``--set`` arguments; parameterized, the parameters'
-    fields come from ``{{workflow.parameters.x}}`` instead of the config. The config's own
-    arguments are computed whole (a field checked against a parameter's field, such as
-    cluster.elastic_min_nodes against cluster.nodes, stays valid) and the parameters'
-    fields are then left to the parameters."""
-    settings = config_args(cfg)
-    if not parameterized:
-        return settings
-    params = [p for p in parameters.PARAMETERS if p.section in STEP_SECTIONS]
-    fields = {p.field for p in params}
-    pairs = zip(settings[::2], settings[1::2], strict=True)
-    kept = [arg for pair in pairs if pair[1].split("=", 1)[0] not in fields for arg in pair]
-    return kept + [arg for p in params for arg in ("--set", f"{p.field}={p.ref}")]
+OUT_DIR = ["--outputs-dir", OUTPUTS_DIR]
+MODEL_ARGS = ["--model", input_ref("model-uri")]
+DATASET_ARGS = ["--dataset", input_ref("dataset-uri")]
+RUN_ARGS = ["--mlflow-run-id", input_ref("run-id"), *OUT_DIR]
 
 
 def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
-    """The templates and the DAG, inside the active Workflow/WorkflowTemplate context."""
-    root, c, out_dir = run_root(cfg), cfg.cluster, ["--outputs-dir", OUTPUTS_DIR]
+    """The pipeline inside the active Workflow or WorkflowTemplate: its templates (one
+    builder each, below), the DAG that runs them, then the exit handler."""
     settings = step_settings(cfg, parameterized=parameterized)
     argo_link = workflow_url(cfg, "{{workflow.namespace}}", "{{workflow.name}}")
-    link = ["--argo-url", argo_link] if argo_link else []
+    create_run = create_run_template(cfg, settings, argo_link)
+    stage = stage_template(cfg, settings, parameterized=parameterized)
+    trains = train_templates(cfg, settings, parameterized=parameterized)
+    optimize = optimize_template(cfg, settings)
+    benchmark = benchmark_template(cfg, settings)
+    serving = serving_templates(cfg, settings, parameterized=parameterized)
+
+    root = run_root(cfg)
+    model = {"model-uri": f"{root}/model"}
+    optimized = {**model, "optimized-uri": f"{root}/optimized"}
+    report_uri = f"{root}/benchmark"
+    shared = {
+        "dataset-uri": _task_output("stage", "dataset-uri"),
+        "run-id": _task_output("create-run", "run-id"),
+    }
+    with DAG(name=ENTRYPOINT):
+        run_task, stage_task = create_run(name="create-run"), stage(name="stage")
+        # One training template runs, the others are Skipped: a plain dependency on each holds.
+        train_tasks = [
+            train(name=train.name, when=when, arguments={**shared, **model})
+            for train, when in trains
+        ]
+        optimize_task = optimize(name="optimize", arguments={**shared, **optimized})
+        benchmark_task = benchmark(
+            name="benchmark", arguments={**shared, **optimized, "output-uri": report_uri}
+        )
+        for train_task in train_tasks:
+            [run_task, stage_task] >> train_task >> optimize_task
+        optimize_task >> benchmark_task
+        if cfg.serving.enabled:
+            add_serving_tasks(
+                cfg, serving, benchmark=benchmark_task, shared=shared, report_uri=report_uri
+            )
+    define_exit_handler(cfg, settings, ["--argo-url", argo_link] if argo_link else [], OUT_DIR)
+
+
+def create_run_template(cfg: PipelineConfig, settings: list[str], argo_link: str) -> Container:
+    """``create-run``: the pipeline's MLflow run, tagged with the workflow and its link."""
     tags = ["--tag", "argo.workflow={{workflow.name}}", "--tag", f"{APP}.version={cfg.images.tag}"]
     tags += ["--tag", f"argo.workflow_url={argo_link}"] if argo_link else []
-    create_run = container_step(
+    return container_step(
         cfg,
         name="create-run",
         image="train",
         tracking=True,
         module="steps.tracking",
-        args=["start", "--run-name", "{{workflow.name}}", *tags, *out_dir],
+        args=["start", "--run-name", "{{workflow.name}}", *tags, *OUT_DIR],
         settings=settings,
         outputs=[
-            _file_output("run-id", "run_id", RUN_ID_GLOBAL),
-            _file_output("run-url", "run_url", RUN_URL_GLOBAL),
+            file_output("run-id", "run_id", RUN_ID_GLOBAL),
+            file_output("run-url", "run_url", RUN_URL_GLOBAL),
         ],
     )
-    data_source = parameters.ref("data-source") if parameterized else cfg.data.source
-    source = ["--source", data_source, "--dest", cfg.storage.root_uri]
-    stage = container_step(
-        cfg,
-        name="stage",
-        image="data",
-        module="steps.stage_data",
-        args=[*source, *out_dir],
-        settings=settings,
-        outputs=[
-            _file_output(name, name.replace("-", "_"))
-            for name in ("dataset-uri", "digest", "num-train", "num-test")
-        ],
-        memoize=m.Memoize(
-            key=stage_cache_key(cfg, parameterized=parameterized),
-            max_age=c.stage_cache_max_age,
-            cache=m.Cache(config_map=m.LocalObjectReference(name=c.cache_configmap)),
-        ),
-    )
-    trains = train_templates(cfg, settings, parameterized=parameterized)
-    model, data = ["--model", _inp("model-uri")], ["--dataset", _inp("dataset-uri")]
-    run = ["--mlflow-run-id", _inp("run-id"), *out_dir]
-    optimize = container_step(
+
+
+def optimize_template(cfg: PipelineConfig, settings: list[str]) -> Container:
+    """``optimize``: every variant of the trained model, each gated against it."""
+    return container_step(
         cfg,
         name="optimize",
         image="optimize",
         module="steps.optimize",
-        args=[*model, *data, "--output", _inp("optimized-uri"), *run],
+        args=[*MODEL_ARGS, *DATASET_ARGS, "--output", input_ref("optimized-uri"), *RUN_ARGS],
         settings=settings,
         inputs=["model-uri", "dataset-uri", "optimized-uri", "run-id"],
-        outputs=[_file_output("optimized", "optimized_uri")],
-        gpus=c.optimize_gpus,
+        outputs=[file_output("optimized", "optimized_uri")],
+        gpus=cfg.cluster.optimize_gpus,
     )
-    optimized, output = ["--optimized", _inp("optimized-uri")], ["--output", _inp("output-uri")]
-    benchmark = container_step(
+
+
+def benchmark_template(cfg: PipelineConfig, settings: list[str]) -> Container:
+    """``benchmark``: every variant timed; the report as artifacts, the registry's decision
+    (``promoted``, the versions) as outputs."""
+    optimized = ["--optimized", input_ref("optimized-uri")]
+    report = [
+        Artifact(
+            name=name,
+            path=f"{OUTPUTS_DIR}/{file}",
+            archive=NoneArchiveStrategy(),
+            artifact_gc=REPORT_GC,
+        )
+        for name, file in (("report", "report.md"), ("benchmark", "benchmark.json"))
+    ]
+    decision = [file_output(n, n) for n in ("promoted", "model-version", "previous-version")]
+    return container_step(
         cfg,
         name="benchmark",
         image="optimize",
         module="steps.benchmark",
-        args=[*model, *optimized, *data, *output, *run],
+        args=[
+            *MODEL_ARGS,
+            *optimized,
+            *DATASET_ARGS,
+            "--output",
+            input_ref("output-uri"),
+            *RUN_ARGS,
+        ],
         settings=settings,
         inputs=["model-uri", "optimized-uri", "dataset-uri", "output-uri", "run-id"],
-        outputs=[
-            Artifact(
-                name=n,
-                path=f"{OUTPUTS_DIR}/{f}",
-                archive=NoneArchiveStrategy(),
-                artifact_gc=REPORT_GC,
-            )
-            for n, f in (("report", "report.md"), ("benchmark", "benchmark.json"))
-        ]
-        + [_file_output(n, n) for n in ("promoted", "model-version", "previous-version")],
-        gpus=c.optimize_gpus,
+        outputs=[*report, *decision],
+        gpus=cfg.cluster.optimize_gpus,
     )
-    serving = serving_templates(cfg, settings, parameterized=parameterized)
-    uris = {"model-uri": f"{root}/model", "optimized-uri": f"{root}/optimized"}
-    shared = {"dataset-uri": _out("stage", "dataset-uri"), "run-id": _out("create-run", "run-id")}
-    with DAG(name=ENTRYPOINT):
-        roots = [create_run(name="create-run"), stage(name="stage")]
-        train_args = {**shared, "model-uri": uris["model-uri"]}
-        # One of them runs, the others are Skipped: a plain dependency on each holds.
-        train_tasks = [t(name=t.name, when=when, arguments=train_args) for t, when in trains]
-        optimize_task = optimize(name="optimize", arguments={**shared, **uris})
-        bench_args = {**shared, **uris, "output-uri": f"{root}/benchmark"}
-        for train_task in train_tasks:
-            roots >> train_task
-        bench_task = benchmark(name="benchmark", arguments=bench_args)
-        train_tasks >> optimize_task >> bench_task
-        if cfg.serving.enabled:
-            report_uri = bench_args["output-uri"]
-            add_serving_tasks(
-                cfg, serving, benchmark=bench_task, shared=shared, report_uri=report_uri
-            )
-    define_exit_handler(cfg, settings, link, out_dir)
+
+
+def _task_output(task: str, name: str) -> str:
+    return f"{{{{tasks.{task}.outputs.parameters.{name}}}}}"
 
 
 def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:

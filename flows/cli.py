@@ -27,6 +27,7 @@ from flows.manifests import trainjob
 from flows.manifests.names import FlowError, labels
 from flows.manifests.pytorchjob import nproc_per_node
 from steps.common.config import REPO_ROOT, ConfigError, PipelineConfig, load_config
+from steps.common.version import git_revision
 
 
 class UsageError(ValueError):
@@ -88,27 +89,6 @@ def check_options(args: argparse.Namespace) -> None:
         raise UsageError("--wait follows one workflow; a CronWorkflow starts one per schedule")
     if args.resume and (args.render or args.submit):
         raise UsageError("--resume continues a local run: drop --render/--submit")
-
-
-def git_revision() -> str | None:
-    """The commit being deployed, when known (CI variables, else the checkout's HEAD)."""
-    for name in ("GIT_COMMIT", "GITHUB_SHA"):
-        if os.environ.get(name):
-            return os.environ[name]
-    if not (REPO_ROOT / ".git").exists():
-        return None
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    revision = done.stdout.strip() if done.returncode == 0 else ""
-    return revision or None
 
 
 def localize(cfg: PipelineConfig, cwd: Path | None = None) -> PipelineConfig:

@@ -10,7 +10,7 @@ from hera.workflows import Artifact, Container, Parameter, RetryStrategy
 from hera.workflows import models as m
 
 from flows.manifests.names import APP
-from flows.manifests.pod import DATA_VOLUME, container_security, pod_env
+from flows.manifests.pod import DATA_VOLUME, OUTPUTS_DIR, container_security, pod_env
 from steps.common.config import PipelineConfig
 
 TRACKING_DEADLINE_S = 600
@@ -72,3 +72,9 @@ def container_step(
         **placement,
         **extra,
     )
+
+
+def file_output(name: str, file: str, global_name: str | None = None) -> Parameter:
+    """An output parameter read from a file the step writes under ``--outputs-dir``."""
+    source = m.ValueFrom(path=f"{OUTPUTS_DIR}/{file}")
+    return Parameter(name=name, value_from=source, global_name=global_name)

@@ -39,6 +39,7 @@ from hera.workflows import models as m
 
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.names import APP
+from flows.parameters import input_ref
 from steps.common.config import PipelineConfig
 
 MANIFEST_PATH = "/tmp/manifest.yaml"
@@ -69,16 +70,12 @@ class ServingTemplates(NamedTuple):
     rollback_delete: Resource
 
 
-def _inp(name: str) -> str:
-    return f"{{{{inputs.parameters.{name}}}}}"
-
-
 def deadline_s(cfg: PipelineConfig) -> int:
     return math.ceil(cfg.serving.ready_timeout_s)
 
 
 def manifest(cfg: PipelineConfig, settings: list[str], *, model_uri: str, version: str) -> str:
-    service_labels = {isvc.RUN_LABEL: _inp("run-id"), isvc.VERSION_LABEL: version}
+    service_labels = {isvc.RUN_LABEL: input_ref("run-id"), isvc.VERSION_LABEL: version}
     data = isvc.build_inferenceservice(
         cfg, model_uri=model_uri, labels=service_labels, settings=settings
     )
@@ -125,13 +122,15 @@ def deploy_templates(
     deploy = _apply(
         cfg,
         name="deploy",
-        text=manifest(cfg, settings, model_uri=_inp("model-uri"), version=_inp("model-version")),
+        text=manifest(
+            cfg, settings, model_uri=input_ref("model-uri"), version=input_ref("model-version")
+        ),
         inputs=["model-uri", "run-id", "model-version"],
         failure=FAILURE,
         outputs=urls,
         parameterized=parameterized,
     )
-    previous = _inp("previous-version")
+    previous = input_ref("previous-version")
     # No failure condition: a rollback follows a failed rollout, whose failure the status
     # still shows when Argo first reads it; the rollback is done when Ready, or at the
     # deadline.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flows.manifests.names import FlowError
-from flows.manifests.pod import render_value
+from flows.manifests.pod import STEP_SECTIONS, config_args, render_value
 from steps.common.config import PipelineConfig
 
 
@@ -46,11 +46,15 @@ PARAMETERS = (
     Param("gpus-per-node", "cluster.gpus_per_node", "nvidia.com/gpu per training pod"),
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
-FIELDS = {p.field for p in PARAMETERS}
 
 
 def ref(name: str) -> str:
     return BY_NAME[name].ref
+
+
+def input_ref(name: str) -> str:
+    """A template's own input parameter, where its command line or manifest reads it."""
+    return f"{{{{inputs.parameters.{name}}}}}"
 
 
 def value_of(cfg: PipelineConfig, param: Param) -> str:
@@ -87,3 +91,19 @@ def as_overrides(values: Mapping[str, str]) -> list[str]:
     """The ``--set`` overrides that give the config these parameter values: how a local run
     applies ``-p``, and how a submission checks a value before Argo sees it."""
     return [f"{BY_NAME[name].field}={value}" for name, value in values.items()]
+
+
+def step_settings(cfg: PipelineConfig, *, parameterized: bool) -> list[str]:
+    """The config as every step's ``--set`` arguments; parameterized, the parameters'
+    fields come from ``{{workflow.parameters.x}}`` instead of the config. The config's own
+    arguments are computed whole (a field checked against a parameter's field, such as
+    cluster.elastic_min_nodes against cluster.nodes, stays valid) and the parameters'
+    fields are then left to the parameters."""
+    settings = config_args(cfg)
+    if not parameterized:
+        return settings
+    params = [p for p in PARAMETERS if p.section in STEP_SECTIONS]
+    fields = {p.field for p in params}
+    pairs = zip(settings[::2], settings[1::2], strict=True)
+    kept = [arg for pair in pairs if pair[1].split("=", 1)[0] not in fields for arg in pair]
+    return kept + [arg for p in params for arg in ("--set", f"{p.field}={p.ref}")]

@@ -20,17 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from hera.workflows import Container, Parameter, Resource, Task
-from hera.workflows import models as m
+from hera.workflows import Container, Resource, Task
 
-from flows.container_step import container_step
+from flows.container_step import container_step, file_output
 from flows.deploy_step import deploy_templates
 from flows.manifests.pod import OUTPUTS_DIR
+from flows.parameters import input_ref
 from steps.common.config import PipelineConfig
-
-
-def _inp(name: str) -> str:
-    return f"{{{{inputs.parameters.{name}}}}}"
 
 
 def _bench(name: str) -> str:
@@ -56,8 +52,8 @@ def serving_templates(
 ) -> ServingTemplates:
     """The serving tasks' templates, inside the active workflow context."""
     deploy = deploy_templates(cfg, settings, parameterized=parameterized)
-    args = ["--url", _inp("url"), "--dataset", _inp("dataset-uri")]
-    args += ["--benchmark", _inp("benchmark-uri"), "--mlflow-run-id", _inp("run-id")]
+    args = ["--url", input_ref("url"), "--dataset", input_ref("dataset-uri")]
+    args += ["--benchmark", input_ref("benchmark-uri"), "--mlflow-run-id", input_ref("run-id")]
     check = container_step(
         cfg,
         name="serve-check",
@@ -67,10 +63,7 @@ def serving_templates(
         settings=settings,
         inputs=["url", "dataset-uri", "benchmark-uri", "run-id"],
         # declared, so the outputs directory is the task's own in a local run too
-        outputs=[
-            Parameter(name=n, value_from=m.ValueFrom(path=f"{OUTPUTS_DIR}/{n}"))
-            for n in ("passed", "accuracy")
-        ],
+        outputs=[file_output(n, n) for n in ("passed", "accuracy")],
     )
     return ServingTemplates(deploy.deploy, check, deploy.rollback_apply, deploy.rollback_delete)
 

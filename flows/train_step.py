@@ -21,6 +21,7 @@ from flows import parameters
 from flows.manifests import pytorchjob, trainjob
 from flows.manifests.names import APP, labels
 from flows.manifests.pod import pod_env
+from flows.parameters import input_ref
 from steps.common.config import PipelineConfig
 
 ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # how argo logs finds a pod
@@ -36,10 +37,6 @@ CONDITIONS = {
     "pytorchjob": (pytorchjob.SUCCESS, pytorchjob.FAILURE),
     "trainjob": (trainjob.SUCCESS, trainjob.FAILURE),
 }
-
-
-def _inp(name: str) -> str:
-    return f"{{{{inputs.parameters.{name}}}}}"
 
 
 # The job's owner, written into its manifest: Argo's setOwnerReference adds the owner only
@@ -72,8 +69,15 @@ def job_manifest(
 ) -> str:
     """The job's YAML: the config's values, or ``{{workflow.parameters.x}}`` where a run
     may change them (a PyTorchJob for one node, or for several: ``multinode``)."""
-    args = ["-m", "steps.train", "--dataset", _inp("dataset-uri"), "--output", _inp("model-uri")]
-    args += ["--mlflow-run-id", _inp("run-id"), *settings]
+    args = [
+        "-m",
+        "steps.train",
+        "--dataset",
+        input_ref("dataset-uri"),
+        "--output",
+        input_ref("model-uri"),
+    ]
+    args += ["--mlflow-run-id", input_ref("run-id"), *settings]
     spec: dict[str, Any] = dict(args=args, env=pod_env(cfg), labels=job_labels(cfg), owner=OWNER)
     refs = {n: parameters.ref(n) for n in ("nodes", "gpus-per-node", "nproc-per-node")}
     refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"

@@ -6,11 +6,11 @@
 Any image Pillow reads (JPEG, PNG, ...) of any size: turned upright by its EXIF
 orientation, converted to RGB, centre-cropped to a square (CIFAR images are square and
 centred), resized to 32 x 32 with Pillow's antialiased bilinear filter (a 32 x 32 picture is
-left as it is), then normalised exactly as in training (``steps.common.inference.normalize``).
+left as it is), then normalised exactly as in training (``steps.common.trained_model.normalize``).
 Prints ``IMAGE: class probability`` per image (the top K with ``--top-k``). With
 ``--optimized`` the variant is chosen by one rule: with ``--report`` each batch runs on the
 variant the benchmark measured fastest at that batch size; without it, the first that runs
-here of ``steps.common.runtime.PREFERENCE`` (the measured order: TensorRT, ORT's GPU
+here of ``steps.common.optimized_variants.PREFERENCE`` (the measured order: TensorRT, ORT's GPU
 providers, OpenVINO and ONNX Runtime INT8, AOTInductor BF16, OpenVINO, ONNX Runtime,
 AOTInductor, TorchScript, export), or ``--variant``; eager when none runs. A file that is
 not an image is a one-line error for that file; the others are still classified, and the
@@ -32,9 +32,16 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from steps.common.config import load_config
 from steps.common.device import pick_device
-from steps.common.inference import DTYPES, InputError, Runner, load_trained, normalize, run_batched
-from steps.common.runtime import PREFERENCE, load_variants, open_optimized, variant_order
+from steps.common.optimized_variants import PREFERENCE, load_variants, open_optimized, variant_order
 from steps.common.step_cli import add_common, exit_process, run_main
+from steps.common.trained_model import (
+    DTYPES,
+    InputError,
+    Runner,
+    load_trained,
+    normalize,
+    run_batched,
+)
 
 SIDE = 32
 
@@ -180,9 +187,9 @@ def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runn
 
 def dispatched(args, cfg, doc, trained, device, workdir: Path) -> tuple[str, Runner, str, dict]:
     """A dispatcher over the variants ``benchmark.json`` measured fastest per batch size."""
-    from steps.common.inference import read_json
     from steps.common.serving.runners import Dispatcher
     from steps.common.storage import open_store
+    from steps.common.trained_model import read_json
 
     report = read_json(
         open_store(args.report, cfg.storage),

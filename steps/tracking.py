@@ -26,9 +26,10 @@ from pathlib import Path
 import mlflow
 from mlflow.exceptions import MlflowException
 
-from steps.common.config import ConfigError, PipelineConfig, load_config, package_version
+from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.step_cli import add_common, exit_process, run_main, step_seconds, write_outputs
 from steps.common.tracking import TrackedRun, TrackingError, connect, run_url
+from steps.common.version import package_version
 
 # output file -> the run's artifact: what the train and benchmark steps log
 PICTURES = {

@@ -20,8 +20,8 @@ from steps.benchmark import step as benchmark
 from steps.benchmark.registry import decide, previous_version
 from steps.benchmark.report import plot_figure
 from steps.common.config import ConfigError, PipelineConfig
-from steps.common.inference import InputError
 from steps.common.models import build_model
+from steps.common.trained_model import InputError
 from steps.optimize import step as optimize
 from tests.conftest import REPO_ROOT
 from tests.test_optimize_support import (  # noqa: F401

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from steps.common.config import package_version
+from steps.common.version import package_version
 from tests.cluster_build import kubectl, walk
 from tests.conftest import REPO_ROOT, SHARED
 from tests.servers import SeaweedFS

@@ -13,8 +13,8 @@ from steps.common.config import (
     PipelineConfig,
     flatten,
     load_config,
-    package_version,
 )
+from steps.common.version import package_version
 from tests.conftest import REPO_ROOT
 
 CONFIGS = sorted((REPO_ROOT / "configs").glob("*.yaml"))

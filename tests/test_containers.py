@@ -78,7 +78,7 @@ def test_ci_workflow_runs_the_ci_script() -> None:
 
 
 def test_image_tags_everywhere_equal_the_package_version() -> None:
-    version = images.project_version()
+    version = images.package_version(REPO_ROOT)
     assert images.check() == []
     assert set(images.config_tags().values()) <= {version, "<default>"}
     for command in images.build_commands("registry.example/team", list(images.IMAGES), push=True):
@@ -86,9 +86,12 @@ def test_image_tags_everywhere_equal_the_package_version() -> None:
             if arg.startswith("registry.example/"):
                 assert arg.endswith(f":{version}"), arg
         assert not any(arg.endswith(":latest") for arg in command)
-    from steps.common.config import package_version
+    from importlib import metadata
 
-    assert package_version() == version
+    from steps.common.config import ImagesConfig
+
+    assert ImagesConfig().tag == version  # the config's default tag
+    assert metadata.version("cifar-pipeline") == version  # the installed package is this one
 
 
 def test_check_names_a_config_with_a_stale_tag(

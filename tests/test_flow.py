@@ -24,11 +24,12 @@ from flows.cifar import (
     build_submission,
     build_template,
     build_workflow,
-    stage_cache_key,
 )
 from flows.manifests.names import FlowError
 from flows.manifests.pod import config_args
-from steps.common.config import ConfigError, load_config, package_version
+from flows.stage_step import stage_cache_key
+from steps.common.config import ConfigError, load_config
+from steps.common.version import package_version
 from tests.conftest import REPO_ROOT, SHARED
 
 CONFIGS = sorted((REPO_ROOT / "configs").glob("*.yaml"))

@@ -1,5 +1,6 @@
 """The design's import rules hold on the code as it stands (docs/architecture.md, "Who may
-import whom"), and the checker finds a violation of each when one is made."""
+import whom"), and the checker finds a violation of each when one is made; the README's and
+docs/architecture.md's Layout and the architecture's import diagram say what the code is."""
 
 from __future__ import annotations
 
@@ -69,14 +70,21 @@ def test_the_checker_finds_a_broken_rule(rule, tmp_path: Path) -> None:
     assert any(words in line for line in found), found
 
 
-def layout_tree(readme: str) -> dict[str, str]:
-    """The README's Layout tree as {path: description}: two spaces of indent per level."""
-    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
-    tree, stack = {}, []
+def layout_tree(text: str) -> dict[str, str]:
+    """A Layout tree (the README's, docs/architecture.md's) as {path: description}: two
+    spaces of indent per level; a line indented deeper than one level below the entry
+    before it continues that entry's description."""
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    tree: dict[str, str] = {}
+    stack: list[str] = []
     for line in block.splitlines():
         if not line.strip():
             continue
         depth = (len(line) - len(line.lstrip())) // 2
+        if stack and depth > len(stack):
+            key = "/".join(stack)
+            tree[key] = f"{tree[key]} {line.strip()}"
+            continue
         name, _, description = line.strip().partition(" ")
         stack[depth:] = [name.rstrip("/")]
         tree["/".join(stack)] = description.strip()
@@ -95,6 +103,88 @@ def test_the_readme_layout_shows_every_module() -> None:
         if str(relative) not in tree and path.stem not in re.findall(r"\w+", tree.get(folder, "")):
             missing.append(str(relative))
     assert missing == [], "README Layout lacks these modules"
+
+
+# "One step, one folder": docs/architecture.md lists a step's package, the README its modules.
+STEP_FOLDERS = {
+    f"steps/{step}"
+    for step in ("stage_data", "train", "optimize", "benchmark", "serve", "serve_check")
+}
+
+
+def architecture_misses(tree: dict[str, str], relative: Path) -> bool:
+    """Whether docs/architecture.md's Layout leaves a module out: listed itself, inside a
+    step's listed folder, or named (it or the package holding it) in the line of the
+    nearest listed folder above it (common/: config, storage, dataset, ...)."""
+    if str(relative) in tree:
+        return False
+    for folder in relative.parents:
+        if str(folder) in tree:
+            if str(folder) in STEP_FOLDERS:
+                return False
+            named = Path(relative.relative_to(folder).parts[0]).stem
+            return named not in re.findall(r"\w+", tree[str(folder)])
+    return True
+
+
+def test_the_architecture_layout_shows_every_module() -> None:
+    """flows/local/ aside (its modules are the README's to list)."""
+    tree = layout_tree((REPO_ROOT / "docs" / "architecture.md").read_text())
+    missing = [
+        str(relative)
+        for path in MODULES
+        if path.name not in ("__init__.py", "__main__.py")
+        and (relative := path.relative_to(REPO_ROOT)).parts[:2] != ("flows", "local")
+        and architecture_misses(tree, relative)
+    ]
+    assert missing == [], "docs/architecture.md's Layout lacks these modules"
+    listed = [path for path in tree if path.endswith(".py") and path.startswith(("flows", "steps"))]
+    assert [path for path in listed if not (REPO_ROOT / path).is_file()] == []
+
+
+def diagram_lines(text: str) -> dict[str, set[str]]:
+    """docs/architecture.md's import diagram: each ``flows/<module>.py --> a, b, local/``
+    line as {module: the flows modules and packages it names}."""
+    block = text.split("## Who may import whom", 1)[1].split("```", 2)[1]
+    lines = {}
+    for line in block.splitlines():
+        match = re.fullmatch(r"flows/(\w+)\.py\s+-->\s+(.*)", line.strip())
+        if match:
+            names = [n.strip().rstrip("/") for n in match.group(2).split("(")[0].split(",")]
+            lines[f"flows.{match.group(1)}"] = {f"flows.{n}" for n in names if n}
+    return lines
+
+
+def flows_imports(module: str) -> set[str]:
+    """What a flows module imports of flows, a subpackage counted as one (flows.manifests)."""
+    found = set()
+    for name in GRAPH[module].imports:
+        parts = name.split(".")
+        if parts[0] == "flows" and len(parts) > 1:
+            found.add(".".join(parts[:2]))
+    return found - {module}
+
+
+def test_the_architecture_import_diagram_is_the_code() -> None:
+    lines = diagram_lines((REPO_ROOT / "docs" / "architecture.md").read_text())
+    modules = {
+        name
+        for name in GRAPH
+        if name.count(".") == 1
+        and name.startswith("flows.")
+        and name not in ("flows.local", "flows.manifests")
+    }
+    assert lines.keys() == modules, "a flows module without its line, or a line without its module"
+    assert {m: flows_imports(m) for m in sorted(modules)} == {m: lines[m] for m in sorted(modules)}
+    steps = {
+        (name.split(".")[1] if name.startswith("flows.") else name, target)
+        for name, module in GRAPH.items()
+        if name.startswith("flows.") and not name.startswith("flows.local")
+        for target in (".".join(t.split(".")[:3]) for t in module.imports)
+        if target.startswith("steps")
+    }
+    assert {target for _, target in steps} <= {"steps.common.config", "steps.common.version"}
+    assert {name for name, target in steps if target == "steps.common.version"} <= {"cli"}
 
 
 def test_every_module_stays_near_300_lines() -> None:

@@ -21,13 +21,13 @@ from torch._inductor.package import load_package
 
 from steps.common.config import ConfigError, OptimizeConfig, load_config
 from steps.common.device import cpu_capability
-from steps.common.inference import InputError
-from steps.common.runtime import (
+from steps.common.optimized_variants import (
     LARGE_BATCH_PROGRAM,
     SMALL_BATCH_PROGRAM,
     BatchSizeDispatch,
     load_variant_file,
 )
+from steps.common.trained_model import InputError
 from steps.optimize import builders, variants
 from steps.optimize import step as optimize
 from steps.optimize.builders import SMALL_BATCH_PROBE_LIMIT

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from steps.common.config import PipelineConfig
-from steps.common.inference import load_test_split, load_trained, normalize
+from steps.common.trained_model import load_test_split, load_trained, normalize
 from steps.optimize import portable
 from steps.optimize import step as optimize
 from tests.conftest import REPO_ROOT

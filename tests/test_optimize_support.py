@@ -17,8 +17,8 @@ from rich.console import Console
 
 from steps.common.config import PipelineConfig
 from steps.common.device import cpu_bf16_features
-from steps.common.inference import load_test_split, normalize
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
+from steps.common.trained_model import load_test_split, normalize
 from steps.optimize import step as optimize
 from steps.stage_data.cifar import synthetic_splits
 from steps.stage_data.stage import parse_source, stage_dataset
@@ -28,7 +28,7 @@ BF16_CPU = bool(cpu_bf16_features())  # AMX / AVX512-BF16: aoti_bf16 is built to
 CPU_VARIANTS = ["torchscript", "export", "aoti", *(["aoti_bf16"] if BF16_CPU else [])]
 # ONNX Runtime and OpenVINO, FP32 and INT8 (INT8 passes its agreement gate on this model).
 PORTABLE_VARIANTS = ["onnx", "onnx_int8", "openvino", "openvino_int8"]
-FASTEST = "openvino_int8"  # what predict picks first on a CPU (runtime.PREFERENCE)
+FASTEST = "openvino_int8"  # what predict picks first on a CPU (optimized_variants.PREFERENCE)
 FAST = [
     "benchmark.batch_sizes=[1, 4, 16]",
     "benchmark.warmup_iters=1",

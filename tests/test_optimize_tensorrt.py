@@ -124,7 +124,7 @@ def test_builder_modules_import_nothing_cuda_only() -> None:
     code = (
         "import sys\n"
         "import steps.optimize.builders, steps.optimize.tensorrt_builder, steps.optimize.step\n"
-        "import steps.common.runtime\n"
+        "import steps.common.optimized_variants\n"
         "roots = {'torch_tensorrt', 'tensorrt', 'modelopt'}\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in roots))\n"
     )

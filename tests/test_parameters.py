@@ -9,8 +9,9 @@ import re
 import pytest
 
 from flows import cli, parameters
-from flows.cifar import build_template, step_settings
+from flows.cifar import build_template
 from flows.manifests.names import FlowError
+from flows.parameters import step_settings
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
 

@@ -19,9 +19,9 @@ from PIL import Image
 
 from steps import predict
 from steps.common.config import PipelineConfig
-from steps.common.inference import InputError, load_test_split, normalize
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD
-from steps.common.runtime import PREFERENCE, variant_order
+from steps.common.optimized_variants import PREFERENCE, variant_order
+from steps.common.trained_model import InputError, load_test_split, normalize
 from steps.optimize.variants import NAMES
 from tests.conftest import REPO_ROOT
 from tests.test_optimize_support import BF16_CPU, FASTEST, Bundle, bundle  # noqa: F401

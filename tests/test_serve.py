@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 
 from steps.common.config import PipelineConfig
-from steps.common.inference import load_test_split
 from steps.common.serving.client import ServingClient, ServingError, predict_classes, request_body
+from steps.common.trained_model import load_test_split
 from steps.serve import step
 from steps.serve.app import ServingApp
 from steps.serve.batcher import Batcher

@@ -25,9 +25,9 @@ from mlflow.exceptions import MlflowException
 
 from steps.benchmark import step as benchmark
 from steps.common.config import PipelineConfig
-from steps.common.inference import load_test_split, load_trained, normalize
 from steps.common.serving.log import CLASSIFIER, CODE_PATHS
 from steps.common.serving.strict_input import exact_array, install
+from steps.common.trained_model import load_test_split, load_trained, normalize
 from tests.mlflow_server import mlflow_models_serve
 from tests.test_benchmark import bench_args
 from tests.test_optimize_support import Bundle, bundle  # noqa: F401

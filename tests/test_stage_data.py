@@ -206,6 +206,20 @@ def test_synthetic_is_deterministic_balanced_and_learnable(tmp_path: Path) -> No
     assert accuracy > 0.5, accuracy
 
 
+def test_the_config_alone_says_what_to_stage_and_where(tmp_path: Path) -> None:
+    """The workflow passes only ``--set``: data.source and storage.root_uri are what the step
+    stages and where; ``--source`` and ``--dest`` are shorthands naming the same."""
+    root = (tmp_path / "root").as_uri()
+    by_config = stage_cli("--set", "data.source=synthetic:200", "--set", f"storage.root_uri={root}")
+    assert by_config.returncode == 0, by_config.stderr
+    assert "Staged 200 train + 40 test images" in by_config.stderr
+    assert by_config.stdout.startswith(f"{root}/datasets/")
+    by_shorthand = stage_cli("--source", "synthetic:200", "--dest", root)
+    assert by_shorthand.returncode == 0, by_shorthand.stderr
+    assert "Already staged" in by_shorthand.stderr
+    assert by_shorthand.stdout == by_config.stdout
+
+
 def test_restaging_is_a_noop_and_cli_writes_outputs(tmp_path: Path) -> None:
     args = ["--source", "synthetic:500", "--dest", str(tmp_path / "root")]
     first = stage_cli(*args, "--outputs-dir", str(tmp_path / "out"))

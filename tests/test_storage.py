@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from steps.common.config import StorageConfig
+from steps.common.config.fields import UriError
 from steps.common.storage import LocalStore, S3Store, StorageError, open_store, split_uri
-from steps.common.uris import UriError
 from tests.conftest import S3Bucket
 from tests.servers import free_port
 

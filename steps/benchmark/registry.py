@@ -26,7 +26,7 @@ from mlflow.models.signature import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
 from steps.common.config import PipelineConfig
-from steps.common.inference import TrainedModel
+from steps.common.trained_model import TrainedModel
 
 LOGGED_NAME = "classifier"
 PREVIOUS_TAG = "previous_champion"  # on a version: who held the alias before this run's
@@ -148,7 +148,7 @@ def log_served_and_reload(
 ):
     """Log the serving pyfunc (``steps.common.serving``), registered; reload it once through
     MLflow and check it classifies the example as eager FP32 does."""
-    from steps.common.runtime import read_variants
+    from steps.common.optimized_variants import read_variants
     from steps.common.serving.log import log_served_model
 
     name = cfg.benchmark.registered_model
@@ -263,7 +263,7 @@ def promote_best(
     }
     served, fastest = None, {}
     if pixels is not None:
-        from steps.common.runtime import read_variants
+        from steps.common.optimized_variants import read_variants
         from steps.common.serving.log import portable_fastest
 
         doc = read_variants(report["optimized_uri"], cfg.storage)

@@ -37,15 +37,7 @@ from steps.benchmark.report import markdown, plot_png
 from steps.benchmark.timing import memory_probe, summarize, time_calls
 from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.device import device_name, environment, pick_device
-from steps.common.inference import (
-    DTYPES,
-    InputError,
-    load_test_split,
-    load_trained,
-    normalize,
-    run_batched,
-)
-from steps.common.runtime import (
+from steps.common.optimized_variants import (
     load_variants,
     open_optimized,
 )
@@ -57,6 +49,14 @@ from steps.common.step_cli import (
     write_outputs,
 )
 from steps.common.storage import open_store
+from steps.common.trained_model import (
+    DTYPES,
+    InputError,
+    load_test_split,
+    load_trained,
+    normalize,
+    run_batched,
+)
 
 TIMING_FIELDS = (
     "batch_sizes",

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from steps.common.inference import Runner
+from steps.common.trained_model import Runner
 
 MB = 1024 * 1024
 

@@ -1,5 +1,5 @@
 """The staged dataset's format, for its writer (staging) and its readers (training, the
-inference runtime). Plain numpy, no torch: the data image stays small.
+trained model's test split). Plain numpy, no torch: the data image stays small.
 
     ROOT/datasets/<name>/<sha256>/train_images.npy   uint8  N x 32 x 32 x 3 (RGB)
                                   train_labels.npy   int64  N

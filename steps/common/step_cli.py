@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from steps.common.config import ConfigError, PipelineConfig, TrackingConfig
+from steps.common.config.fields import UriError
 from steps.common.dataset import NotADataset
 from steps.common.storage import LocalStore
-from steps.common.uris import UriError
 
 # This module stays torch-free: the data image's staging step uses it too.
 OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"

@@ -15,8 +15,8 @@ import torch
 from torch._inductor.package import load_package, package_aoti
 
 from steps.common.device import cpu_bf16_features
-from steps.common.inference import DTYPES
-from steps.common.runtime import AOTI_PROGRAMS, LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM
+from steps.common.optimized_variants import AOTI_PROGRAMS, LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM
+from steps.common.trained_model import DTYPES
 from steps.optimize.portable import build_onnx, build_openvino
 from steps.optimize.tensorrt_builder import build_tensorrt
 from steps.optimize.variants import BuildContext, SkipVariant, Spec, median_ms

@@ -11,8 +11,8 @@ import torch
 
 from steps.common.config import OptimizeConfig
 from steps.common.device import cpu_bf16_features, cpu_capability
-from steps.common.inference import DTYPES, Runner, run_batched
-from steps.common.runtime import load_variant_file
+from steps.common.optimized_variants import load_variant_file
+from steps.common.trained_model import DTYPES, Runner, run_batched
 from steps.optimize.builders import BUILDERS
 from steps.optimize.variants import BuildContext, Spec
 

@@ -10,7 +10,7 @@ Each file is reloaded and must match eager on held-out test images (the parity g
 variant that fails fails the step with its numbers, unless ``optimize.optional_variants``
 names it.
 ``OPT_URI/variants.json`` is written last and lists every variant: built, skipped (with
-why) or failed. Variants take normalised float NCHW input (see ``steps.common.inference``).
+why) or failed. Variants take normalised float NCHW input (see ``steps.common.trained_model``).
 Outputs dir: ``optimized_uri`` and ``summary.json``.
 """
 
@@ -28,7 +28,16 @@ import torch
 
 from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.device import cpu_capability, environment, pick_device
-from steps.common.inference import (
+from steps.common.optimized_variants import VARIANTS_FILE, load_variant_file, variant_files
+from steps.common.step_cli import (
+    add_common,
+    run_main,
+    step_seconds,
+    tracking_wanted,
+    write_outputs,
+)
+from steps.common.storage import open_store
+from steps.common.trained_model import (
     DTYPES,
     InputError,
     TestSplit,
@@ -39,15 +48,6 @@ from steps.common.inference import (
     normalize,
     run_batched,
 )
-from steps.common.runtime import VARIANTS_FILE, load_variant_file, variant_files
-from steps.common.step_cli import (
-    add_common,
-    run_main,
-    step_seconds,
-    tracking_wanted,
-    write_outputs,
-)
-from steps.common.storage import open_store
 from steps.optimize.gate import ParityError, build_one
 from steps.optimize.variants import KINDS, NAMES, BuildContext, SkipVariant, specs
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from steps.common.inference import DTYPES
+from steps.common.trained_model import DTYPES
 from steps.optimize.variants import BuildContext, SkipVariant, Spec
 
 # What the tensorrt extra installs (pyproject.toml), named in the skip reasons.

@@ -36,7 +36,7 @@ from torch import nn
 from torch.fx.experimental.optimization import fuse
 
 from steps.common.config import OptimizeConfig
-from steps.common.inference import DTYPES, Runner
+from steps.common.trained_model import DTYPES, Runner
 
 KINDS = ("torchscript", "export", "aoti", "tensorrt", "onnx", "openvino")
 NAMES = (

@@ -1,8 +1,12 @@
 """Stage CIFAR-10 into the artifact store, content-addressed, manifest last.
 
-    python -m steps.stage_data --source {cifar10 | synthetic[:N] | PATH-or-URI}
-                               --dest ROOT_URI [--md5 HEX|none] [--outputs-dir DIR]
-                               [--config FILE] [--set section.field=value ...] [--debug]
+    python -m steps.stage_data [--config FILE] [--set section.field=value ...]
+                               [--source {cifar10 | synthetic[:N] | PATH-or-URI}]
+                               [--dest ROOT_URI] [--md5 HEX|none] [--outputs-dir DIR] [--debug]
+
+What to stage and where come from the config (``data.source``, ``storage.root_uri``,
+``data.md5``), as every step's settings do; the workflow passes nothing else.
+``--source``, ``--dest`` and ``--md5`` are shorthands for a person running the step alone.
 
 parse args -> resolve the source -> stage it (``steps.stage_data.stage``) -> output
 parameters ``dataset_uri``, ``digest``, ``num_train``, ``num_test`` and ``summary.json``;
@@ -27,8 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m steps.stage_data", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--source", required=True, help="cifar10 | synthetic[:N] | PATH-or-URI")
-    parser.add_argument("--dest", required=True, help="artifact root: path, file:// or s3://")
+    parser.add_argument(
+        "--source", help="cifar10 | synthetic[:N] | PATH-or-URI (default: data.source)"
+    )
+    parser.add_argument(
+        "--dest", help="artifact root: path, file:// or s3:// (default: storage.root_uri)"
+    )
     parser.add_argument("--md5", help="expected tarball md5, or 'none' (default: data.md5)")
     add_common(parser, mlflow_run=False)
     return parser
@@ -38,8 +46,8 @@ def run(args: argparse.Namespace, console: Console | None = None) -> StageResult
     console = console or Console(stderr=True, soft_wrap=True)
     overrides = list(args.overrides) + ([f"data.md5={args.md5}"] if args.md5 else [])
     cfg = load_config(args.config, overrides)
-    source = parse_source(args.source)
-    result = stage_dataset(source, args.dest, cfg, console)
+    source = parse_source(args.source or cfg.data.source)
+    result = stage_dataset(source, args.dest or cfg.storage.root_uri, cfg, console)
     if args.outputs_dir:
         result.startup_seconds = startup_seconds(result.seconds)
         outputs = {"dataset_uri": result.dataset_uri, "digest": result.digest}

@@ -1,7 +1,7 @@
 """The pipeline's one configuration model: the sections (``sections``, ``cluster``), the
 field types they share (``fields``), and ``load_config`` with its errors (``loader``)."""
 
-from steps.common.config.cluster import ClusterConfig, ImagesConfig, ScheduleConfig, package_version
+from steps.common.config.cluster import ClusterConfig, ImagesConfig, ScheduleConfig
 from steps.common.config.loader import (
     DEFAULT_CONFIG_PATH,
     REPO_ROOT,
@@ -45,5 +45,4 @@ __all__ = [
     "dump_config",
     "flatten",
     "load_config",
-    "package_version",
 ]

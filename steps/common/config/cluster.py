@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -17,14 +16,7 @@ from steps.common.config.fields import (
     Section,
     Timezone,
 )
-
-
-def package_version() -> str:
-    """The installed project's version: the tag every step image carries."""
-    try:
-        return metadata.version("cifar-pipeline")
-    except metadata.PackageNotFoundError:  # running from a checkout that is not installed
-        return "0.0.0+unknown"
+from steps.common.version import package_version
 
 
 class ClusterConfig(Section):

@@ -1,7 +1,8 @@
 """Field types the config sections share: each check written once, named by what it holds.
 
 A check failing raises ``ValueError``; pydantic reports it under the field's name, and
-``load_config`` adds where the value came from.
+``load_config`` adds where the value came from. ``check_uri`` is also where a step's
+command line checks a URI: a typo fails before anything runs, as a user error.
 """
 
 from __future__ import annotations
@@ -9,11 +10,10 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from typing import Annotated, Literal
+from urllib.parse import urlparse
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
-
-from steps.common.uris import UriError, check_uri
 
 
 class Section(BaseModel):
@@ -33,11 +33,36 @@ def _matching(pattern: str, message: str):
     return AfterValidator(check)
 
 
-def _storage_uri(value: str) -> str:
-    return check_uri(value)
+# S3's bucket naming rules: 3-63 characters, lowercase letters, digits, '.' and '-'.
+BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
-StorageUri = Annotated[str, AfterValidator(_storage_uri)]
+class UriError(ValueError):
+    """A URI that names no place the pipeline can use; the message says why and what works."""
+
+
+def check_uri(uri: str) -> str:
+    """``uri`` if it is a plain path, ``file://...`` or ``s3://bucket[/prefix]``; else
+    UriError naming what is wrong."""
+    if not uri:
+        raise UriError("empty URI: use a path, file:// or s3://bucket/prefix")
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise UriError(f"{uri}: an s3:// URI needs a bucket name (s3://bucket/prefix)")
+        if not BUCKET.fullmatch(parsed.netloc):
+            raise UriError(
+                f"{uri}: {parsed.netloc!r} is not an S3 bucket name (3-63 characters: "
+                "a-z, 0-9, '.', '-')"
+            )
+    elif parsed.scheme not in ("", "file"):
+        raise UriError(
+            f"{uri}: unsupported scheme {parsed.scheme!r}; use a path, file:// or s3://bucket/prefix"
+        )
+    return uri
+
+
+StorageUri = Annotated[str, AfterValidator(check_uri)]
 SYNTHETIC = re.compile(r"synthetic(:(\d+))?")
 
 

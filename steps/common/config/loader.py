@@ -26,8 +26,8 @@ from steps.common.config.sections import (
     TrainConfig,
 )
 from steps.common.config.serving import ServingConfig
+from steps.common.version import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CONFIG_PATH = REPO_ROOT / "configs" / "local.yaml"
 
 

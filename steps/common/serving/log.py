@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from steps.common.config import StorageConfig
-from steps.common.runtime import PORTABLE_KINDS, fetch_variant, variant_files
+from steps.common.optimized_variants import PORTABLE_KINDS, fetch_variant, variant_files
 
 HERE = Path(__file__).resolve().parent
 CLASSIFIER = HERE / "classifier.py"

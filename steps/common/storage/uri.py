@@ -6,10 +6,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from steps.common.config import StorageConfig
+from steps.common.config.fields import check_uri
 from steps.common.storage.base import Store
 from steps.common.storage.local import LocalStore
 from steps.common.storage.s3 import S3Store
-from steps.common.uris import check_uri
 
 
 def open_store(uri: str, cfg: StorageConfig | None = None) -> Store:

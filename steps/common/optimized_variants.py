@@ -1,4 +1,4 @@
-"""The inference runtime: the variants ``steps.optimize`` saved, loaded back into callables.
+"""The optimized variants: the variants ``steps.optimize`` saved, loaded back into callables.
 
 ``variants.json`` under OPT_URI lists every variant (built, skipped or failed) and the
 weights it was made from; ``open_optimized`` reads it for a trained model, and
@@ -20,9 +20,9 @@ import torch
 
 from steps.common.config import StorageConfig
 from steps.common.device import cpu_bf16_features, cpu_capability
-from steps.common.inference import InputError, Runner, TrainedModel, read_json
 from steps.common.serving.runners import Dispatcher
 from steps.common.storage import StorageError, open_store
+from steps.common.trained_model import InputError, Runner, TrainedModel, read_json
 
 VARIANTS_FILE = "variants.json"
 # The programs of an AOTInductor package: "model" is what aoti_load_package loads.

@@ -1,5 +1,5 @@
-"""What optimize, benchmark and predict share: the trained model, the test split, the
-input contract, and loading a saved variant back into a callable.
+"""The trained model loaded back, and what optimize, benchmark and predict share with it:
+the test split, the input contract, normalisation and batching (a ``Runner``).
 
 The input contract: every variant, like the eager model and the signature the trainer logs,
 takes float ``N x 3 x 32 x 32`` (NCHW) already normalised with ``model.json``'s mean and std

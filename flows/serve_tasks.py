@@ -10,9 +10,12 @@ roll back a check that fails.
   endpoint; on a failure it moves the alias back (MLflow) and fails.
 - ``rollback-apply`` / ``rollback-delete``: the service back on the version that held the
   alias before this run, or removed when there was none. Argo ends a DAG by its leaves
-  (v4.0.5 workflow/controller/dag.go assessDAGPhase): a failed check whose rollback
-  succeeded leaves the workflow Succeeded, its ``serve-check`` node Failed and the MLflow
-  run tagged ``serving.rollback``; a rollback that fails fails the workflow.
+  (v4.0.5 workflow/controller/dag.go assessDAGPhase), and a Skipped leaf is not Completed
+  (pkg/apis/workflow/v1alpha1/workflow_types.go NodePhase.Completed): it takes its
+  parent's phase. After a failed check one rollback runs and the other is Skipped with
+  serve-check's Failed, so the workflow ends Failed even when the rollback succeeded (and
+  the exit handler ends the MLflow run FAILED); when the check passes both rollbacks are
+  Omitted with its Succeeded.
 """
 
 from __future__ import annotations

@@ -222,6 +222,20 @@ def test_readiness_follows_the_model(
     assert asyncio.run(call(app, "GET", path)) == after
 
 
+def test_model_metadata_names_the_registry_version_served(ours: Running, champion: dict) -> None:  # noqa: F811
+    """``GET /v2/models/<name>``: the alias was resolved to one version when the model was
+    fetched; another name is a 404 naming what is served."""
+    client = mlflow.MlflowClient(champion["uri"])
+    version = client.get_model_version_by_alias(NAME, "champion").version
+    with ServingClient(ours.url) as endpoint:
+        assert endpoint.served_versions(NAME) == [version]
+        with pytest.raises(
+            ServingError, match=rf"HTTP 404: .*no model other here; this serves {NAME}"
+        ):
+            endpoint.served_versions("other")
+    assert f"model: {NAME} v{version}; GET {ours.url}/v2/models/{NAME} says so" in ours.lines
+
+
 def test_concurrent_requests_each_get_their_own_rows(ours: Running, images: np.ndarray) -> None:
     sizes = [1, 3, 2, 7, 1, 5, 4, 1, 6, 2, 8, 1]
     starts = np.cumsum([0, *sizes])

@@ -4,7 +4,8 @@ speaks too), and a real ``mlflow server`` holding the registry and the pipeline'
 
 A passing check measures the benchmark's accuracy and logs it; a check made to fail for
 real (a benchmark.json claiming another accuracy than the endpoint serves, or nothing
-listening) moves the alias back to the previous champion, or removes it after a first
+listening, or an endpoint of ``python -m steps.serve`` serving another version than the one
+promoted) moves the alias back to the previous champion, or removes it after a first
 deployment, logs the decision and exits 1; a retried check does not roll back twice."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tests.mlflow_server import mlflow_models_serve
 from tests.servers import free_port
 from tests.test_benchmark import bench_args
 from tests.test_optimize_support import Bundle, bundle  # noqa: F401
+from tests.test_serve import serving
 
 NAME = "serve-check-test"
 CHECK = ["serving.check_concurrency=[1, 4]"]
@@ -124,6 +126,8 @@ def test_a_passing_check_logs_the_served_numbers(
     assert note.startswith("**Test accuracy** ")  # the benchmark's description is kept
     assert f"**Endpoint** `{served}`: live check passed: accuracy " in note
     assert alias_version(client) == "1"
+    # mlflow models serve has no GET /v2/models/<name>: the version goes unconfirmed
+    assert result["version_confirmed"] is False
 
 
 def failed_doc(champion: dict, version: str, previous: str, claimed: float | None) -> dict:
@@ -213,6 +217,38 @@ def test_an_alias_moved_since_by_another_run_is_left_alone(
     with pytest.raises(serve_check.CheckFailed, match=r"points at v1, not this run's v99: left"):
         serve_check.run(args)
     assert alias_version(client) == "1"
+
+
+def test_the_check_confirms_the_version_this_run_deployed(
+    champion: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_server
+) -> None:
+    """Against ``python -m steps.serve`` (which answers ``GET /v2/models/<name>``): v1
+    served and promoted is confirmed; a run that promoted v2 while v1 still answers (a
+    re-apply whose rollout has not happened) fails naming both, and rolls the alias back."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    client = champion["client"]
+    report = str(champion["root"] / "report")
+    with serving({"uri": mlflow_server.uri}, model=f"models:/{NAME}/1") as ours:
+        args = serve_check.build_parser().parse_args(
+            check_argv(ours.url, champion, report, tmp_path / "ok")
+        )
+        result = serve_check.run(args)
+        assert result["passed"] and result["version_confirmed"] is True
+
+        version = client.create_model_version(NAME, f"models:/{NAME}/1").version
+        client.set_registered_model_alias(NAME, "champion", version)
+        bench = tmp_path / "benchmark.json"
+        bench.write_text(json.dumps(failed_doc(champion, version, "1", None)))
+        started = time.monotonic()
+        args = check_argv(ours.url, champion, str(bench), tmp_path / "stale")
+        with pytest.raises(serve_check.CheckFailed) as failed:
+            serve_check.run(serve_check.build_parser().parse_args(args))
+    message = str(failed.value)
+    assert f"it serves v1, not {NAME} v{version} that this run deployed (waited 2 s)" in message
+    assert message.endswith(f"moved back from v{version} to v1"), message
+    assert 2 <= time.monotonic() - started < 60  # it waited --wait-s for the rollout
+    assert alias_version(client) == "1"
+    assert (tmp_path / "stale" / "passed").read_text() == "false"
 
 
 @pytest.mark.parametrize(

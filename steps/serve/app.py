@@ -6,6 +6,9 @@ request than this whole module does).
     GET  /v2/health/live      200 while the process serves (KServe's liveness probe)
     GET  /v2/health/ready     200 once the model is loaded, 503 before (KServe's readiness)
     GET  /version             the MLflow version, as ``mlflow models serve``
+    GET  /v2/models/<name>    what is served, as the Open Inference Protocol's model metadata:
+                              {"name", "versions": [registry version], "platform"}; 404 for
+                              another name (a client confirms the version it deployed)
     POST /invocations         {"inputs": images} -> {"predictions": [...]}, MLflow's protocol
 
 A request body past what ``serving.max_request_images`` images can take is refused with 413
@@ -41,7 +44,15 @@ class ServingApp:
     """The ASGI app. ``predictor`` and ``batcher`` are set by ``loaded`` once the model is
     ready (the port is bound before, so a probe sees 503 while it loads)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_name: str = "model", model_version: str | None = None) -> None:
+        self.model_name = model_name
+        self.metadata = json.dumps(
+            {
+                "name": model_name,
+                "versions": [model_version] if model_version else [],
+                "platform": "mlflow_pyfunc",
+            }
+        ).encode()
         self.predictor: Predictor | None = None
         self.batcher: Batcher | None = None
         self.started = time.monotonic()
@@ -76,6 +87,13 @@ class ServingApp:
             await respond(send, 200 if self.ready else 503, body)
         elif path == "/version":
             await respond(send, 200, VERSION.encode())
+        elif path.startswith("/v2/models/"):
+            name = path.removeprefix("/v2/models/")
+            if name == self.model_name:
+                await respond(send, 200, self.metadata)
+            else:
+                message = f"no model {name} here; this serves {self.model_name}"
+                await respond(send, 404, _message("RESOURCE_DOES_NOT_EXIST", message))
         else:
             await respond(send, 404, _message("ENDPOINT_NOT_FOUND", f"no endpoint {path}"))
 

@@ -89,14 +89,26 @@ def pick_port(args: argparse.Namespace, cfg: PipelineConfig) -> int:
     return cfg.serving.port
 
 
-def fetch_model(uri: str, cfg: PipelineConfig, into: Path) -> Path:
-    """The model's directory here (downloaded unless it is one); ModelNotFound for a URI
-    that names nothing or something that is not an MLflow model."""
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What the endpoint serves, as ``GET /v2/models/<name>`` tells it: the registered
+    model's name and version (``model`` and none for a URI outside the registry)."""
+
+    name: str = "model"
+    version: str | None = None
+
+
+def fetch_model(uri: str, cfg: PipelineConfig, into: Path) -> tuple[Path, ModelIdentity]:
+    """The model's directory here (downloaded unless it is one) and what it is; ModelNotFound
+    for a URI that names nothing or something that is not an MLflow model. A registry URI
+    (an alias, a stage, latest) is resolved to one version first, and that version is the
+    one fetched: the answer to ``/v2/models`` is what was loaded, whatever moves later."""
     from mlflow.artifacts import download_artifacts
     from mlflow.exceptions import MlflowException
 
     scheme = urllib.parse.urlsplit(uri).scheme  # models:/x has no "//"
     local = Path(uri.removeprefix("file://")) if scheme in ("", "file") else None
+    identity = ModelIdentity()
     if local is not None:
         path = local
     else:
@@ -104,7 +116,12 @@ def fetch_model(uri: str, cfg: PipelineConfig, into: Path) -> Path:
 
         connect(cfg.tracking)  # models:/ and runs:/ need the tracking server
         try:
-            path = Path(download_artifacts(artifact_uri=uri, dst_path=str(into)))
+            source = uri
+            if scheme == "models":
+                identity = registry_identity(uri)
+                if identity.version is not None:
+                    source = f"models:/{identity.name}/{identity.version}"
+            path = Path(download_artifacts(artifact_uri=source, dst_path=str(into)))
         except MlflowException as exc:
             if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                 raise ModelNotFound(f"--model-uri {uri}: {first_line(exc.message)}") from None
@@ -116,7 +133,20 @@ def fetch_model(uri: str, cfg: PipelineConfig, into: Path) -> Path:
             f"--model-uri {uri}: no MLflow model there (no MLmodel file); give the champion "
             "pyfunc, e.g. models:/cifar10-classifier@champion"
         )
-    return path
+    return path, identity
+
+
+def registry_identity(uri: str) -> ModelIdentity:
+    """``models:/NAME/VERSION``, ``@ALIAS``, ``/STAGE`` or ``/latest`` as one version, by
+    MLflow's own resolution (what ``download_artifacts`` of it would fetch)."""
+    import mlflow
+    from mlflow.store.artifact.utils.models import get_model_name_and_version
+
+    resolved = get_model_name_and_version(mlflow.MlflowClient(), uri)
+    if len(resolved) != 2:  # models:/m-<id>: a logged model, not a registry version
+        return ModelIdentity()
+    name, version = resolved
+    return ModelIdentity(str(name), str(version))
 
 
 def first_line(text: str) -> str:
@@ -145,13 +175,15 @@ def serve(args: argparse.Namespace) -> ServeResult:
     cfg = load_config(args.config, args.overrides)
     port = pick_port(args, cfg)
     with tempfile.TemporaryDirectory(prefix="serve-") as tmp:
-        path = fetch_model(args.model_uri, cfg, Path(tmp))
+        path, identity = fetch_model(args.model_uri, cfg, Path(tmp))
         sock = bind(args.host, port)
         shown = f"[{args.host}]" if ":" in args.host else args.host
         url = f"http://{shown}:{sock.getsockname()[1]}"
+        what = f"{identity.name} v{identity.version}" if identity.version else "it"
         print(f"serving {args.model_uri} on {url} (POST /invocations)", flush=True)
         print(f"try: {CURL.replace('{url}', url)}", flush=True)
-        app = ServingApp()
+        print(f"model: {what}; GET {url}/v2/models/{identity.name} says so", flush=True)
+        app = ServingApp(identity.name, identity.version)
         config = uvicorn.Config(
             app,
             lifespan="off",

@@ -53,6 +53,34 @@ class Endpoint:
                 raise Unreachable(f"{last} (waited {within_s:g} s)")
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
+    def wait_version(self, name: str, version: str, within_s: float, confirm: int = 3) -> bool:
+        """``GET /v2/models/<name>`` until ``confirm`` answers in a row, each on a new
+        connection (a Service spreads connections over its pods), say ``version`` alone is
+        served: True; at most ``within_s``, else BadAnswer naming what it served; False
+        from a server without that route (``mlflow models serve``: not confirmed). A
+        re-applied InferenceService reads Ready from its previous status before its new
+        pods roll out (flows/deploy_step.py), so this, not the deploy step, confirms it."""
+        deadline = time.monotonic() + within_s
+        matched, last = 0, "no answer"
+        while matched < confirm:
+            with ServingClient(self.base, self.timeout_s) as client:
+                try:
+                    versions = client.served_versions(name)
+                    if versions is None:
+                        return False
+                    last = ", ".join(f"v{v}" for v in versions) or "no registry version"
+                    matched = matched + 1 if versions == [version] else 0
+                except ServingError as exc:
+                    matched, last = 0, str(exc)
+            if matched >= confirm:
+                return True
+            if time.monotonic() >= deadline:
+                raise BadAnswer(
+                    f"it serves {last}, not {name} v{version} that this run deployed "
+                    f"(waited {within_s:g} s)"
+                )
+            time.sleep(min(0.5 if matched == 0 else 0.05, max(0.0, deadline - time.monotonic())))
+
     def classify(self, body: bytes, count: int) -> list[int]:
         """POST one encoded batch of ``count`` images; the classes it came back with."""
         try:

@@ -49,6 +49,8 @@ def summary(
         "requests_per_pass": len(batches.bodies),
         "by_concurrency": {str(r["concurrency"]): r for r in results},
         "version": str(promotion.get("version") or ""),
+        # GET /v2/models/<name> said this version is served (False: no such route there)
+        "version_confirmed": bool(check.get("version_confirmed")),
         "previous_version": str(promotion.get("previous_version") or ""),
     }
 

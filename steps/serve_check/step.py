@@ -6,17 +6,20 @@
 
 BENCHMARK is the benchmark step's ``benchmark.json``: a path or URI to it, its report URI
 (the file in it is read), or the document itself (``{...}``, as an Argo parameter carries
-it). The check waits for ``GET URL/ping`` (``--wait-s``), then sends the first
+it). The check waits for ``GET URL/ping`` (``--wait-s``) and, when this run's benchmark
+promoted a version, for ``GET URL/v2/models/<name>`` to say that version is served (three
+answers in a row on new connections, within ``--wait-s``), then sends the first
 ``serving.check_samples`` test images (default: the ``test_images`` the benchmark measured
 accuracy on) to ``URL/invocations`` in requests of ``--batch`` images, at each of
 ``serving.check_concurrency``; every request answered with one class in 0..9 per image.
 The served accuracy must lie within ``benchmark.accuracy_margin`` of the benchmark's
 accuracy for what the registered model runs (``promotion.served_by_batch``: the variants
 its dispatcher picks; the eager FP32 model where it registered no pyfunc), at every
-concurrency. Failing that, or unreachable, or past ``--time-limit-s``: the alias moves back
-to the previous champion (``steps.serve_check.rollback``), the step prints one line naming
-both, and exits 1. Outputs: ``passed``, ``accuracy``, ``previous-version``, ``summary.json``;
-MLflow: ``serving/...`` metrics, ``serving.url`` tag and a line in the run's description
+concurrency. Failing that, or another version served, or unreachable, or past
+``--time-limit-s``: the alias moves back to the previous champion
+(``steps.serve_check.rollback``), the step prints one line naming both, and exits 1.
+Outputs: ``passed``, ``accuracy``, ``previous-version``, ``summary.json``; MLflow:
+``serving/...`` metrics, ``serving.url`` tag and a line in the run's description
 (``steps.serve_check.report``).
 """
 
@@ -114,14 +117,24 @@ def check_batches(dataset: str, cfg: PipelineConfig, doc: dict[str, Any], batch:
     )
 
 
-def run_check(args: argparse.Namespace, cfg: PipelineConfig, batches: Batches, expected) -> dict:
-    """Every concurrency in turn; ``failure`` names the first thing that went wrong."""
+def run_check(
+    args: argparse.Namespace,
+    cfg: PipelineConfig,
+    batches: Batches,
+    expected,
+    deployed: tuple[str, str] | None = None,
+) -> dict:
+    """The ``deployed`` (name, version) confirmed served, then every concurrency in turn;
+    ``failure`` names the first thing that went wrong."""
     endpoint = Endpoint(args.url, args.timeout_s)
     deadline = time.monotonic() + args.time_limit_s
     results: list[dict[str, Any]] = []
-    failure = None
+    failure, confirmed = None, False
     try:
         endpoint.wait_ready(min(args.wait_s, args.time_limit_s))
+        if deployed is not None:
+            within = min(args.wait_s, max(0.0, deadline - time.monotonic()))
+            confirmed = endpoint.wait_version(*deployed, within)
         for concurrency in sorted(set(cfg.serving.check_concurrency)):
             results.append(measure(endpoint, batches, concurrency, deadline))
     except Unreachable as exc:
@@ -142,7 +155,7 @@ def run_check(args: argparse.Namespace, cfg: PipelineConfig, batches: Batches, e
                 f"({names}) within {margin:g}"
             )
             break
-    return {"results": results, "failure": failure}
+    return {"results": results, "failure": failure, "version_confirmed": confirmed}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,8 +174,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from steps.common.tracking import open_run
 
         tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="serve-check")
-    check = run_check(args, cfg, batches, expected)
     promotion = doc.get("promotion", {})
+    check = run_check(args, cfg, batches, expected, deployed_version(cfg, promotion))
     decision = None
     if check["failure"]:
         decision = _roll_back(cfg, promotion, check["failure"], tracked is not None)
@@ -177,6 +190,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise CheckFailed(f"{check['failure']}; {decision}")
     print(f"serve-check passed: {args.url} accuracy {result['accuracy']:.4f}")
     return result
+
+
+def deployed_version(cfg: PipelineConfig, promotion: dict[str, Any]) -> tuple[str, str] | None:
+    """The registry version the deploy step put behind the endpoint: the one this run's
+    benchmark promoted (the check confirms the endpoint serves it); None when it promoted
+    nothing (the endpoint is then whatever serves the alias)."""
+    if not (promotion.get("promoted") and promotion.get("version")):
+        return None
+    name = promotion.get("registered_model") or cfg.benchmark.registered_model
+    return str(name), str(promotion["version"])
 
 
 def _roll_back(cfg: PipelineConfig, promotion: dict[str, Any], failure: str, tracked: bool) -> str:

@@ -62,6 +62,23 @@ class ServingClient:
     def classes(self, images: np.ndarray) -> list[int]:
         return [int(row["class"]) for row in self.predict(images)]
 
+    def served_versions(self, name: str) -> list[str] | None:
+        """The registry versions ``GET /v2/models/<name>`` says are served (the Open
+        Inference Protocol's model metadata, which ``python -m steps.serve`` answers);
+        None from a server without that route (``mlflow models serve``); ServingError for
+        an answer naming another model, or any other error."""
+        status, data = self._request("GET", f"/v2/models/{name}", None)
+        try:
+            doc = json.loads(data)
+            if status == 200:
+                return [str(v) for v in doc["versions"]]
+            message = doc["message"]  # ours: "no model <name> here; this serves <other>"
+        except (ValueError, KeyError, TypeError):
+            if status == 404:
+                return None
+            message = data[:200].decode(errors="replace")
+        raise ServingError(status, f"GET /v2/models/{name}: {message}")
+
     def status(self, path: str) -> int:
         """The HTTP status of ``GET path`` (a health probe); 0 when nothing answers."""
         try:

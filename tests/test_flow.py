@@ -433,6 +433,14 @@ def test_config_that_cannot_travel_as_set_is_refused(value: str, tmp_path: Path)
         config_args(load_config(path))
 
 
+def stage_cache_key(cfg: PipelineConfig) -> str:
+    """The stage step's memoization key in a run with the parameters' defaults."""
+    wf = joined(cfg)
+    scope = {f"workflow.parameters.{k}": v for k, v in parameter_values(wf).items()}
+    key = templates(wf)["stage"]["memoize"]["key"]
+    return re.sub(r"\{\{=(.*?)\}\}", lambda m: render(evaluate(m[1], environment(scope))), key)
+
+
 @pytest.mark.parametrize(
     ("override", "changes"),
     [
@@ -453,13 +461,6 @@ def test_stage_cache_key_follows_source_and_version(override: str, changes: bool
     )
     assert re.fullmatch(r"[a-zA-Z0-9][-a-zA-Z0-9]*", other)  # Argo's rule for cache keys
     assert (base != other) is changes
-
-
-def stage_cache_key(cfg: PipelineConfig) -> str:
-    wf = joined(cfg)
-    scope = {f"workflow.parameters.{k}": v for k, v in parameter_values(wf).items()}
-    key = templates(wf)["stage"]["memoize"]["key"]
-    return re.sub(r"\{\{=(.*?)\}\}", lambda m: render(evaluate(m[1], environment(scope))), key)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

@@ -9,9 +9,7 @@
 On a cluster the pipeline is the WorkflowTemplate ``cifar-pipeline`` (``build_template``):
 the templates, the DAG, and the parameters of ``flows.parameters`` with the config's values
 as defaults; a Workflow (``build_submission``) or the CronWorkflow runs it by
-``workflowTemplateRef``; the local runner executes that same pair. ``build_workflow`` is
-the self-contained form with the config's values written in, the reference the template
-is tested against.
+``workflowTemplateRef``; the local runner executes that same pair.
 
 DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob or a
 TrainJob created by a resource template, ``flows.train_step``; in the template a one-node
@@ -79,17 +77,17 @@ DATASET_ARGS = ["--dataset", input_ref("dataset-uri")]
 RUN_ARGS = ["--mlflow-run-id", input_ref("run-id"), *OUT_DIR]
 
 
-def _define(cfg: PipelineConfig, *, parameterized: bool) -> None:
-    """The pipeline inside the active Workflow or WorkflowTemplate: its templates (one
-    builder each, below), the DAG that runs them, then the exit handler."""
-    settings = step_settings(cfg, parameterized=parameterized)
+def _define(cfg: PipelineConfig) -> None:
+    """The pipeline inside the active WorkflowTemplate: its templates (one builder each,
+    below), the DAG that runs them, then the exit handler."""
+    settings = step_settings(cfg)
     argo_link = workflow_url(cfg, "{{workflow.namespace}}", "{{workflow.name}}")
     create_run = create_run_template(cfg, settings, argo_link)
-    stage = stage_template(cfg, settings, parameterized=parameterized)
-    trains = train_templates(cfg, settings, parameterized=parameterized)
+    stage = stage_template(cfg, settings)
+    trains = train_templates(cfg, settings)
     optimize = optimize_template(cfg, settings)
     benchmark = benchmark_template(cfg, settings)
-    serving = serving_templates(cfg, settings, parameterized=parameterized)
+    serving = serving_templates(cfg, settings)
 
     root = run_root(cfg)
     model = {"model-uri": f"{root}/model"}
@@ -193,7 +191,8 @@ def _task_output(task: str, name: str) -> str:
 
 
 def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:
-    """Workflow-level fields shared by the Workflow and the CronWorkflow's workflowSpec."""
+    """Workflow-level fields of the WorkflowTemplate (labels and annotations also the
+    CronWorkflow's)."""
     c = cfg.cluster
     pod_notes = {} if c.istio_inject else {ISTIO_INJECT: "false"}
     spec: dict[str, Any] = dict(
@@ -226,14 +225,6 @@ def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:
     return spec
 
 
-def build_workflow(cfg: PipelineConfig, *, git_revision: str | None = None) -> Workflow:
-    """The pipeline as one self-contained Workflow (generateName ``cifar-``) with the
-    config's values written in; pure."""
-    with Workflow(generate_name=GENERATE_NAME, **_spec(cfg, git_revision)) as workflow:
-        _define(cfg, parameterized=False)
-    return workflow
-
-
 def build_template(cfg: PipelineConfig, *, git_revision: str | None = None) -> WorkflowTemplate:
     """The WorkflowTemplate ``cifar-pipeline``: templates, DAG and the parameters a run may
     change, defaulting to this config's values; pure."""
@@ -246,7 +237,7 @@ def build_template(cfg: PipelineConfig, *, git_revision: str | None = None) -> W
     with WorkflowTemplate(
         name=TEMPLATE_NAME, arguments=arguments, workflow_metadata=metadata, **spec
     ) as template:
-        _define(cfg, parameterized=True)
+        _define(cfg)
     return template
 
 

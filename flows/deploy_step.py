@@ -31,7 +31,7 @@ must make sure it answers for the version deployed.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import yaml
 from hera.workflows import Artifact, Parameter, RawArtifact, Resource
@@ -90,31 +90,26 @@ def _apply(
     inputs: list[str],
     failure: str | None,
     outputs: list[Parameter] | None,
-    parameterized: bool,
 ) -> Resource:
+    """The manifest as a raw input artifact, as train carries its job (flows/train_step.py)."""
     params: list[Parameter | Artifact] = [Parameter(name=n) for n in inputs]
-    source: dict[str, Any] = {"manifest": text}
-    if parameterized:  # a WorkflowTemplate carries it as train does (flows/train_step.py)
-        params.append(RawArtifact(name="manifest", path=MANIFEST_PATH, data=text))
-        source = {"manifest_from": m.ManifestFrom(artifact=m.Artifact(name="manifest"))}
+    params.append(RawArtifact(name="manifest", path=MANIFEST_PATH, data=text))
     return Resource(
         name=name,
         action="apply",  # no owner: the service outlives the workflow
         success_condition=SUCCESS,
         failure_condition=failure,
         inputs=params,
-        **source,
+        manifest_from=m.ManifestFrom(artifact=m.Artifact(name="manifest")),
         outputs=outputs,
         active_deadline_seconds=deadline_s(cfg),
         labels={f"{APP}/step": name},
     )
 
 
-def deploy_templates(
-    cfg: PipelineConfig, settings: list[str], *, parameterized: bool = False
-) -> ServingTemplates:
-    """``settings``: every step's ``--set`` arguments (the server keeps its sections);
-    ``parameterized``: the manifests as ``manifestFrom`` raw artifacts (WorkflowTemplate)."""
+def deploy_templates(cfg: PipelineConfig, settings: list[str]) -> ServingTemplates:
+    """``settings``: every step's ``--set`` arguments (the server keeps its sections); the
+    manifests are ``manifestFrom`` raw artifacts."""
     urls = [
         Parameter(name="url", value_from=m.ValueFrom(json_path="{.status.address.url}")),
         Parameter(name="external-url", value_from=m.ValueFrom(json_path="{.status.url}")),
@@ -128,7 +123,6 @@ def deploy_templates(
         inputs=["model-uri", "run-id", "model-version"],
         failure=FAILURE,
         outputs=urls,
-        parameterized=parameterized,
     )
     previous = input_ref("previous-version")
     # No failure condition: a rollback follows a failed rollout, whose failure the status
@@ -146,7 +140,6 @@ def deploy_templates(
         inputs=["previous-version", "run-id"],
         failure=None,
         outputs=None,
-        parameterized=parameterized,
     )
     return ServingTemplates(deploy, rollback_apply, delete_template(cfg))
 

@@ -4,7 +4,8 @@ as ``argo submit -p``) or when resubmitting from the Argo UI.
 Each parameter stands for one config field. The WorkflowTemplate declares them with the
 config's values as defaults, and the steps read ``{{workflow.parameters.<name>}}`` where
 they would read the field, so a value given at submission does what it says. A local run
-has no Argo to substitute them: there a parameter is the ``--set`` of its field.
+executes the same WorkflowTemplate with the values as its Workflow's arguments; each value
+is checked first as the ``--set`` of its field (``as_overrides``).
 """
 
 from __future__ import annotations
@@ -93,15 +94,13 @@ def as_overrides(values: Mapping[str, str]) -> list[str]:
     return [f"{BY_NAME[name].field}={value}" for name, value in values.items()]
 
 
-def step_settings(cfg: PipelineConfig, *, parameterized: bool) -> list[str]:
-    """The config as every step's ``--set`` arguments; parameterized, the parameters'
-    fields come from ``{{workflow.parameters.x}}`` instead of the config. The config's own
-    arguments are computed whole (a field checked against a parameter's field, such as
+def step_settings(cfg: PipelineConfig) -> list[str]:
+    """The config as every step's ``--set`` arguments, the parameters' fields from
+    ``{{workflow.parameters.x}}`` instead of the config. The config's own arguments are
+    computed whole (a field checked against a parameter's field, such as
     cluster.elastic_min_nodes against cluster.nodes, stays valid) and the parameters'
     fields are then left to the parameters."""
     settings = config_args(cfg)
-    if not parameterized:
-        return settings
     params = [p for p in PARAMETERS if p.section in STEP_SECTIONS]
     fields = {p.field for p in params}
     pairs = zip(settings[::2], settings[1::2], strict=True)

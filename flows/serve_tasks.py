@@ -50,11 +50,9 @@ class ServingTemplates(NamedTuple):
     rollback_delete: Resource
 
 
-def serving_templates(
-    cfg: PipelineConfig, settings: Sequence[str], *, parameterized: bool
-) -> ServingTemplates:
+def serving_templates(cfg: PipelineConfig, settings: Sequence[str]) -> ServingTemplates:
     """The serving tasks' templates, inside the active workflow context."""
-    deploy = deploy_templates(cfg, settings, parameterized=parameterized)
+    deploy = deploy_templates(cfg, settings)
     args = ["--url", input_ref("url"), "--dataset", input_ref("dataset-uri")]
     args += ["--benchmark", input_ref("benchmark-uri"), "--mlflow-run-id", input_ref("run-id")]
     check = container_step(

@@ -4,16 +4,15 @@
 its Master replica) or a Trainer v2 TrainJob on the project's ClusterTrainingRuntime (the
 step ends with its Complete or Failed condition). Either way the pods carry Argo's
 workflow label, so ``argo logs <wf> -c pytorch`` (``-c node`` for a TrainJob) and the UI
-show every rank. In a WorkflowTemplate the manifest is a raw input artifact
-(``manifestFrom``): Argo substitutes the run's parameters into its text, integers
-included, which a ``manifest`` string the schema checks as YAML could not hold.
+show every rank. The manifest is a raw input artifact (``manifestFrom``): Argo
+substitutes the run's parameters into its text, integers included, which a ``manifest``
+string the schema checks as YAML could not hold.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import yaml
 from hera.workflows import Artifact, Parameter, RawArtifact, Resource
 from hera.workflows import models as m
 
@@ -64,11 +63,9 @@ def job_labels(cfg: PipelineConfig) -> dict[str, str]:
     }
 
 
-def job_manifest(
-    cfg: PipelineConfig, settings: list[str], *, parameterized: bool, multinode: bool = False
-) -> str:
-    """The job's YAML: the config's values, or ``{{workflow.parameters.x}}`` where a run
-    may change them (a PyTorchJob for one node, or for several: ``multinode``)."""
+def job_manifest(cfg: PipelineConfig, settings: list[str], *, multinode: bool = False) -> str:
+    """The job's YAML, ``{{workflow.parameters.x}}`` where a run may change a value (a
+    PyTorchJob for one node, or for several: ``multinode``)."""
     args = [
         "-m",
         "steps.train",
@@ -82,47 +79,37 @@ def job_manifest(
     refs = {n: parameters.ref(n) for n in ("nodes", "gpus-per-node", "nproc-per-node")}
     refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"
     if cfg.train.launcher == "trainjob":
-        if parameterized:
-            return trainjob.parameterized_manifest(cfg, refs=refs, **spec)
-        data = trainjob.to_manifest(trainjob.build_trainjob(cfg, **spec))
-    else:
-        if parameterized:
-            return pytorchjob.parameterized_manifest(cfg, refs=refs, multinode=multinode, **spec)
-        data = pytorchjob.to_manifest(pytorchjob.build_pytorchjob(cfg, **spec))
-    return yaml.safe_dump(data, sort_keys=False)
+        return trainjob.parameterized_manifest(cfg, refs=refs, **spec)
+    return pytorchjob.parameterized_manifest(cfg, refs=refs, multinode=multinode, **spec)
 
 
-def train_templates(
-    cfg: PipelineConfig, settings: list[str], *, parameterized: bool
-) -> list[tuple[Resource, str | None]]:
+def train_templates(cfg: PipelineConfig, settings: list[str]) -> list[tuple[Resource, str | None]]:
     """The training step's templates, each with the ``when`` that picks it (None: always).
 
-    One, except for a WorkflowTemplate's PyTorchJob: the Training Operator's webhook refuses
-    a Worker replica of 0, so ``train`` (the Master alone) runs when the ``nodes``
+    One for a TrainJob; two for a PyTorchJob: the Training Operator's webhook refuses a
+    Worker replica of 0, so ``train`` (the Master alone) runs when the ``nodes``
     parameter is 1 and ``train-multinode`` (Master + nodes - 1 Workers) when it is more;
     the other one is Skipped.
     """
-    if not (parameterized and cfg.train.launcher == "pytorchjob"):
-        return [(train_template(cfg, settings, parameterized=parameterized), None)]
+    if cfg.train.launcher != "pytorchjob":
+        return [(train_template(cfg, settings), None)]
     nodes = parameters.ref("nodes")
     return [
-        (train_template(cfg, settings, parameterized=True, multinode=False), f"{nodes} <= 1"),
-        (train_template(cfg, settings, parameterized=True, multinode=True), f"{nodes} > 1"),
+        (train_template(cfg, settings, multinode=False), f"{nodes} <= 1"),
+        (train_template(cfg, settings, multinode=True), f"{nodes} > 1"),
     ]
 
 
 def train_template(
-    cfg: PipelineConfig, settings: list[str], *, parameterized: bool, multinode: bool = False
+    cfg: PipelineConfig, settings: list[str], *, multinode: bool = False
 ) -> Resource:
-    """``multinode``: the PyTorchJob with Workers, as template ``train-multinode``."""
-    text = job_manifest(cfg, settings, parameterized=parameterized, multinode=multinode)
+    """``multinode``: the PyTorchJob with Workers, as template ``train-multinode``. The
+    manifest is the raw input artifact ``manifest`` (``manifestFrom``)."""
+    text = job_manifest(cfg, settings, multinode=multinode)
     inputs: list[Parameter | Artifact] = [
         Parameter(name=n) for n in ("dataset-uri", "model-uri", "run-id")
     ]
-    source: dict[str, Any] = {"manifest": text}
-    if parameterized:
-        inputs.append(RawArtifact(name="manifest", path=MANIFEST_PATH, data=text))
-        source = {"manifest_from": m.ManifestFrom(artifact=m.Artifact(name="manifest"))}
+    inputs.append(RawArtifact(name="manifest", path=MANIFEST_PATH, data=text))
     success, failure = CONDITIONS[cfg.train.launcher]
     return Resource(
         name=MULTINODE if multinode else "train",
@@ -130,7 +117,7 @@ def train_template(
         success_condition=success,
         failure_condition=failure,
         inputs=inputs,
-        **source,
+        manifest_from=m.ManifestFrom(artifact=m.Artifact(name="manifest")),
         outputs=[Parameter(name="job-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
         active_deadline_seconds=cfg.cluster.active_deadline_seconds + JOB_DEADLINE_MARGIN_S,
         labels={f"{APP}/step": "train"},

@@ -27,6 +27,7 @@ from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
 from tests.conftest import REPO_ROOT
 from tests.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.test_flow import run_of
 
 CONFIGS = ["local", "smoke", "cluster", "kind"]
 LAUNCHERS = ["pytorchjob", "trainjob"]
@@ -49,14 +50,15 @@ def config(name: str, launcher: str = "pytorchjob") -> PipelineConfig:
 
 
 def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    """The WorkflowTemplate a cluster runs and the self-contained Workflow, and the serving
+    """The WorkflowTemplate a cluster runs, the Workflow a run of it executes (the
+    submission joined with it, the parameters' defaults filled in), and the serving
     templates (deploy, rollbacks) as a WorkflowTemplate of their own, whether or not the
     pipeline's DAG holds them yet."""
     with WorkflowTemplate(
         name="serving", entrypoint="deploy", namespace=cfg.cluster.namespace
     ) as wt:
-        deploy_templates(cfg, config_args(cfg), parameterized=True)
-    return [cifar.build_template(cfg).to_dict(), cifar.build_workflow(cfg).to_dict(), wt.to_dict()]
+        deploy_templates(cfg, config_args(cfg))
+    return [cifar.build_template(cfg).to_dict(), run_of(cfg), wt.to_dict()]
 
 
 def created() -> set[tuple[str, str | None, str]]:

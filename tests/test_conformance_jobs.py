@@ -1,8 +1,8 @@
 """What the cluster does with the training jobs the workflow creates, checked without one.
 
-For every config in configs/ and both launchers, the workflow is rendered (the inline
-Workflow and the WorkflowTemplate, whose manifest is a ``manifestFrom`` raw artifact
-filled with the parameters' defaults as Argo fills it), and each resource template's
+For every config in configs/ and both launchers, the WorkflowTemplate is rendered (each
+manifest a ``manifestFrom`` raw artifact, filled with the parameters' defaults as Argo
+fills it, a multi-node job with ``nodes=2``), and each resource template's
 conditions are evaluated as Argo v4.0.5 evaluates them (tests/argo_conditions.py) against
 the statuses each operator gives a job under the job's own restartPolicy:
 
@@ -35,7 +35,7 @@ import yaml
 from hera.workflows import WorkflowTemplate
 
 from flows import cli
-from flows.cifar import build_template, build_workflow
+from flows.cifar import build_template
 from flows.deploy_step import deploy_templates
 from flows.manifests import trainjob
 from flows.manifests.names import labels
@@ -53,20 +53,18 @@ def training_jobs(path: Path, launcher: str) -> list[tuple[str, dict[str, Any], 
     """(where, resource template, job as the API server gets it) for every create."""
     cfg = load_config(path, [f"train.launcher={launcher}"])
     found = []
-    for form, wf in (("inline", build_workflow(cfg)), ("template", build_template(cfg))):
-        data = wf.to_dict()
-        for name, template in templates(data).items():
-            resource = template.get("resource", {})
-            if resource.get("action") != "create":
-                continue
-            if "manifest" in resource:
-                text = resource["manifest"]
-            else:  # manifestFrom: the raw artifact, the parameters filled as Argo fills them
-                (artifact,) = template["inputs"]["artifacts"]
-                nodes = "2" if name.endswith("multinode") else "1"
-                values = parameter_values(data, nodes=nodes)
-                text = argo_substitute(artifact["raw"]["data"], values)
-            found.append((f"{form}/{name}", template, yaml.safe_load(text)))
+    data = build_template(cfg).to_dict()
+    for name, template in templates(data).items():
+        resource = template.get("resource", {})
+        if resource.get("action") != "create":
+            continue
+        # manifestFrom: the raw artifact, the parameters filled as Argo fills them
+        assert resource["manifestFrom"] == {"artifact": {"name": "manifest"}}, name
+        (artifact,) = template["inputs"]["artifacts"]
+        nodes = "2" if name.endswith("multinode") else "1"
+        values = parameter_values(data, nodes=nodes)
+        text = argo_substitute(artifact["raw"]["data"], values)
+        found.append((f"template/{name}", template, yaml.safe_load(text)))
     assert found
     return found
 
@@ -213,25 +211,23 @@ def test_the_exit_handler_deletes_the_job_it_finds(path: Path, launcher: str) ->
     conditions or outputs on it (cmd/argoexec/commands/resource.go execResource); the
     selector must select every job the run creates, under the resource name of its kind."""
     cfg = load_config(path, [f"train.launcher={launcher}"])
-    for wf in (build_workflow(cfg).to_dict(), build_template(cfg).to_dict()):
-        found = templates(wf)
-        exit_tasks = {t["name"]: t for t in found[wf["spec"]["onExit"]]["dag"]["tasks"]}
-        task = exit_tasks["delete-train-job"]
-        assert task["when"] == "{{workflow.status}} != Succeeded"
-        delete = found[task["template"]]
-        resource = delete["resource"]
-        assert resource["action"] == "delete" and "outputs" not in delete
-        assert not {"manifest", "manifestFrom", "successCondition", "failureCondition"} & set(
-            resource
-        )
-        plural, flag, selector = resource["flags"]
-        key, value = selector.split("=", 1)
-        assert flag == "--selector"
-        for where, _, job in training_jobs(path, launcher):
-            kind = job["kind"].lower()
-            group = job["apiVersion"].split("/")[0]
-            assert plural == f"{kind}s.{group}", where
-            assert job["metadata"]["labels"][key] == value == "{{workflow.name}}", where
+    wf = build_template(cfg).to_dict()
+    found = templates(wf)
+    exit_tasks = {t["name"]: t for t in found[wf["spec"]["onExit"]]["dag"]["tasks"]}
+    task = exit_tasks["delete-train-job"]
+    assert task["when"] == "{{workflow.status}} != Succeeded"
+    delete = found[task["template"]]
+    resource = delete["resource"]
+    assert resource["action"] == "delete" and "outputs" not in delete
+    assert not {"manifest", "manifestFrom", "successCondition", "failureCondition"} & set(resource)
+    plural, flag, selector = resource["flags"]
+    key, value = selector.split("=", 1)
+    assert flag == "--selector"
+    for where, _, job in training_jobs(path, launcher):
+        kind = job["kind"].lower()
+        group = job["apiVersion"].split("/")[0]
+        assert plural == f"{kind}s.{group}", where
+        assert job["metadata"]["labels"][key] == value == "{{workflow.name}}", where
 
 
 @pytest.mark.skipif(not VALIDATOR.is_file(), reason="../shared (the schema validator) is absent")
@@ -262,9 +258,9 @@ def applied_services(path: Path) -> list[tuple[str, dict[str, Any], dict[str, An
     """(where, resource template, service as applied) for every ``apply`` of the rendered
     pipeline (once its DAG holds the deploy step) and of flows.deploy_step itself."""
     cfg = load_config(path, [])
-    docs = [("inline", build_workflow(cfg).to_dict()), ("template", build_template(cfg).to_dict())]
+    docs = [("template", build_template(cfg).to_dict())]
     with WorkflowTemplate(name="serving", entrypoint="deploy") as serving:
-        deploy_templates(cfg, config_args(cfg), parameterized=True)
+        deploy_templates(cfg, config_args(cfg))
     docs.append(("deploy_step", serving.to_dict()))
     found = []
     for form, data in docs:

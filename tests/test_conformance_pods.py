@@ -10,17 +10,15 @@ from typing import Any
 import pytest
 import yaml
 
-from flows.cifar import build_template, build_workflow
+from flows.cifar import build_template
 from steps.common.config import load_config
 from steps.common.config.loader import dump_config
 from tests.conftest import REPO_ROOT
-from tests.test_flow import CONFIGS, FORMS, argo_substitute, job_of, parameter_values, templates
+from tests.test_flow import CONFIGS, argo_substitute, job_of, parameter_values, templates
 
 
 def step_args(wf: dict[str, Any]) -> dict[str, list[str]]:
     """Each pod's arguments as the pod gets them (the parameters' defaults filled in)."""
-    if "arguments" not in wf["spec"]:  # the inline Workflow: nothing to substitute
-        return found_args(wf)
     values = parameter_values(wf)
     return {n: [argo_substitute(a, values) for a in args] for n, args in found_args(wf).items()}
 
@@ -43,36 +41,31 @@ def rebuilt(args: list[str]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("launcher", ["pytorchjob", "trainjob"])
-@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-def test_every_step_rebuilds_the_flows_cluster_settings(
-    path: Path, form: str, launcher: str
-) -> None:
+def test_every_step_rebuilds_the_flows_cluster_settings(path: Path, launcher: str) -> None:
     """MLflow logs every section of the config a step rebuilds (steps/train/report.py
     flatten): a cluster run must not record the default cluster (nodes=1, gpus=0)."""
     cfg = load_config(path, [f"train.launcher={launcher}"])
-    wf = (build_template(cfg) if form == "template" else build_workflow(cfg)).to_dict()
+    wf = build_template(cfg).to_dict()
     wanted = dump_config(cfg)
     for name, args in step_args(wf).items():
         config = rebuilt(args)
         assert config["cluster"] == wanted["cluster"], name
 
 
-@pytest.mark.parametrize("form", FORMS)
-def test_the_mlflow_token_secret_is_optional(form: str) -> None:
+def test_the_mlflow_token_secret_is_optional() -> None:
     """configs/cluster.yaml names cluster.mlflow_secret; the MLflow server configs/cluster
     deploys wants no token, and README creates the Secret only for a server that does. A
     required secretKeyRef to a missing Secret holds the pod in CreateContainerConfigError;
     an optional one leaves the variable unset. The S3 keys stay required."""
     cfg = load_config(REPO_ROOT / "configs" / "cluster.yaml")
-    wf = (build_template(cfg) if form == "template" else build_workflow(cfg)).to_dict()
+    wf = build_template(cfg).to_dict()
     containers = [(n, t["container"]) for n, t in templates(wf).items() if "container" in t]
     for kind, replica in job_of(wf)["spec"]["pytorchReplicaSpecs"].items():
         containers += [(kind, c) for c in replica["template"]["spec"]["containers"]]
     for name in ("deploy", "rollback-apply"):  # the InferenceService's predictor
-        resource = templates(wf)[name]["resource"]
-        text = resource.get("manifest") or templates(wf)[name]["inputs"]["artifacts"][0]["raw"]
-        text = text if isinstance(text, str) else text["data"]
+        (artifact,) = templates(wf)[name]["inputs"]["artifacts"]
+        text = artifact["raw"]["data"]
         containers += [(name, c) for c in yaml.safe_load(text)["spec"]["predictor"]["containers"]]
     # six step containers, the Master and Worker, the two predictors
     assert len(containers) == 10

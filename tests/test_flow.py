@@ -1,6 +1,6 @@
-"""The pipeline's WorkflowTemplate, the Workflow and CronWorkflow that run it, and the
-inline Workflow a local run executes: DAG, data flow, images, secrets, security, golden
-renders per config, the strict schema check, the local runner's view, and RBAC.
+"""The pipeline's WorkflowTemplate and the Workflow and CronWorkflow that run it (a local
+run executes the same pair): DAG, data flow, images, secrets, security, golden renders per
+config, the strict schema check, the local runner's view, and RBAC.
 
 Golden files: ``UPDATE_GOLDEN=1 pytest tests/test_flow.py tests/test_pytorchjob.py`` rewrites
 tests/golden/ from the current code; review the diff before committing it.
@@ -19,16 +19,16 @@ import pytest
 import yaml
 
 from flows import cli
-from flows.cifar import (
-    build_cron_workflow,
-    build_submission,
-    build_template,
-    build_workflow,
-)
+from flows.cifar import build_cron_workflow, build_submission, build_template
+from flows.local.expressions import environment, evaluate, render
+from flows.local.resolve import resolve
+from flows.manifests import pytorchjob, trainjob
 from flows.manifests.names import FlowError
-from flows.manifests.pod import config_args
-from flows.stage_step import stage_cache_key
-from steps.common.config import ConfigError, load_config
+from flows.manifests.pod import config_args, pod_env
+from flows.parameters import PARAMETERS, as_overrides, defaults
+from flows.train_step import OWNER, job_labels
+from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.config.loader import dump_config
 from steps.common.version import package_version
 from tests.conftest import REPO_ROOT, SHARED
 
@@ -61,13 +61,9 @@ def check_golden(name: str, data: dict[str, Any], text: str | None = None) -> No
     assert data == yaml.safe_load(path.read_text()), f"{path.name} differs (UPDATE_GOLDEN=1)"
 
 
-FORMS = ["inline", "template"]
-
-
-def manifest(cfg_path: Path, *overrides: str, form: str = "inline") -> dict[str, Any]:
-    """The inline Workflow (a local run) or the WorkflowTemplate (a cluster run)."""
-    cfg = load_config(cfg_path, list(overrides))
-    return (build_template(cfg) if form == "template" else build_workflow(cfg)).to_dict()
+def manifest(cfg_path: Path, *overrides: str) -> dict[str, Any]:
+    """The WorkflowTemplate, as rendered (its parameters unfilled)."""
+    return build_template(load_config(cfg_path, list(overrides))).to_dict()
 
 
 def templates(wf: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -110,10 +106,62 @@ def train_tasks(wf: dict[str, Any]) -> list[dict[str, Any]]:
     return [t for t in dag["tasks"] if t["template"].startswith("train")]
 
 
+def decide_whens(spec: dict[str, Any]) -> None:
+    """Drop the tasks whose ``when`` on the workflow's parameters is false (Argo skips
+    them; a plain dependency on a Skipped task holds) and their templates; the training
+    template that runs is then named ``train``. A ``when`` on a task's outputs (deploy's,
+    on the benchmark's decision) is decided at run time and stays."""
+    found = {t["name"]: t for t in spec["templates"]}
+    dag = found[spec["entrypoint"]]["dag"]
+    static = [t for t in dag["tasks"] if "when" in t and "{{tasks." not in t["when"]]
+    skipped = {t["name"] for t in static if not when_holds(t["when"])}
+    dag["tasks"] = [t for t in dag["tasks"] if t["name"] not in skipped]
+    for task in static:
+        task.pop("when")
+    for task in dag["tasks"]:
+        if "depends" in task:
+            names = [n.strip() for n in task["depends"].split("&&")]
+            task["depends"] = " && ".join(n for n in names if n not in skipped)
+    for name in skipped:
+        del found[name]
+    if "train-multinode" in found:
+        found["train"] = {**found.pop("train-multinode"), "name": "train"}
+        for task in dag["tasks"]:
+            for key in ("name", "template", "depends"):
+                if key in task:
+                    task[key] = re.sub(r"\btrain-multinode\b", "train", task[key])
+    spec["templates"] = list(found.values())
+
+
+def filled(node: Any, values: dict[str, str]) -> Any:
+    """Every string in ``node`` with the parameters substituted (``argo_substitute``)."""
+    if isinstance(node, dict):
+        return {k: filled(v, values) for k, v in node.items()}
+    if isinstance(node, list):
+        return [filled(v, values) for v in node]
+    return argo_substitute(node, values) if isinstance(node, str) else node
+
+
+def joined(cfg: PipelineConfig, values: dict[str, str] | None = None) -> dict[str, Any]:
+    """The Workflow a run executes: the submission joined with the WorkflowTemplate it
+    names, as Argo's controller (and the local runner) joins them."""
+    template = build_template(cfg).to_dict()
+    return resolve(build_submission(cfg, values).to_dict(), [template], values)
+
+
+def run_of(cfg: PipelineConfig, **given: str) -> dict[str, Any]:
+    """That Workflow with concrete values, as Argo runs it: the parameters (defaults, or
+    ``given``) substituted everywhere, the ``when`` on them decided (``decide_whens``)."""
+    wf = joined(cfg, given or None)
+    wf = filled(wf, parameter_values(wf))
+    decide_whens(wf["spec"])
+    return wf
+
+
 def train_template_of(wf: dict[str, Any], **given: str) -> dict[str, Any]:
     """The training template that runs with these parameters: the task whose ``when``
     holds (exactly one; a task without ``when`` always runs)."""
-    values = parameter_values(wf, **given) if "arguments" in wf["spec"] else {}
+    values = parameter_values(wf, **given)
     running = [
         t
         for t in train_tasks(wf)
@@ -124,15 +172,39 @@ def train_template_of(wf: dict[str, Any], **given: str) -> dict[str, Any]:
 
 
 def job_of(wf: dict[str, Any], **given: str) -> dict[str, Any]:
-    """The training job, as the API server gets it: a WorkflowTemplate's manifest is its
+    """The training job, as the API server gets it: the manifest is the train template's
     raw input artifact with the parameters (defaults, or ``given``) substituted."""
     train = train_template_of(wf, **given)
-    if "manifest" in train["resource"]:
-        return yaml.safe_load(train["resource"]["manifest"])
     assert train["resource"]["manifestFrom"] == {"artifact": {"name": "manifest"}}
     (artifact,) = train["inputs"]["artifacts"]
     text = argo_substitute(artifact["raw"]["data"], parameter_values(wf, **given))
     return yaml.safe_load(text)
+
+
+TRAIN_ARGS = [  # the train step's own arguments, before the config's
+    "-m",
+    "steps.train",
+    "--dataset",
+    "{{inputs.parameters.dataset-uri}}",
+    "--output",
+    "{{inputs.parameters.model-uri}}",
+    "--mlflow-run-id",
+    "{{inputs.parameters.run-id}}",
+]
+
+
+def described_job(cfg: PipelineConfig) -> dict[str, Any]:
+    """The training job the config describes: the builders of flows.manifests given the
+    config's own values and the train step's arguments with the config's ``--set``."""
+    spec: dict[str, Any] = dict(
+        args=[*TRAIN_ARGS, *config_args(cfg)],
+        env=pod_env(cfg),
+        labels=job_labels(cfg),
+        owner=OWNER,
+    )
+    if cfg.train.launcher == "trainjob":
+        return trainjob.to_manifest(trainjob.build_trainjob(cfg, **spec))
+    return pytorchjob.to_manifest(pytorchjob.build_pytorchjob(cfg, **spec))
 
 
 def pods(wf: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None, dict[str, Any]]]:
@@ -143,13 +215,9 @@ def pods(wf: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None, dict[str,
         spec = replica["template"]["spec"]
         found += [(f"train/{kind}", spec.get("securityContext"), c) for c in spec["containers"]]
     for name in ("deploy", "rollback-apply"):  # the InferenceService's predictor pods
-        resource = templates(wf)[name]["resource"]
-        if "manifest" in resource:
-            text = resource["manifest"]
-        else:
-            (artifact,) = templates(wf)[name]["inputs"]["artifacts"]
-            text = artifact["raw"]["data"]
-        predictor = yaml.safe_load(text)["spec"]["predictor"]
+        assert templates(wf)[name]["resource"]["manifestFrom"] == {"artifact": {"name": "manifest"}}
+        (artifact,) = templates(wf)[name]["inputs"]["artifacts"]
+        predictor = yaml.safe_load(artifact["raw"]["data"])["spec"]["predictor"]
         found += [(name, predictor.get("securityContext"), c) for c in predictor["containers"]]
     return found
 
@@ -161,7 +229,6 @@ def test_golden_renders(path: Path) -> None:
         "workflowtemplate": build_template(cfg),
         "workflow": build_submission(cfg),
         "cronworkflow": build_cron_workflow(cfg),
-        "inline-workflow": build_workflow(cfg),
     }
     for kind, doc in docs.items():
         check_golden(f"{path.stem}-{kind}", doc.to_dict(), doc.to_yaml())
@@ -169,7 +236,8 @@ def test_golden_renders(path: Path) -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_dag_order_and_data_flow(path: Path) -> None:
-    wf = manifest(path)
+    """The DAG a run executes, with the parameters' defaults (one training task runs)."""
+    wf = run_of(load_config(path))
     spec, t = wf["spec"], templates(wf)
     tasks = {task["name"]: task for task in t[spec["entrypoint"]]["dag"]["tasks"]}
     assert {n: task.get("depends") for n, task in tasks.items()} == {
@@ -255,11 +323,10 @@ def test_latest_tag_is_refused() -> None:
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-@pytest.mark.parametrize("form", FORMS)
-def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path, form: str) -> None:
+def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> None:
     """The conditions as text; what they decide on the operator's statuses is in
     tests/test_conformance_jobs.py."""
-    train = templates(manifest(path, form=form))["train"]
+    train = templates(manifest(path))["train"]
     resource = train["resource"]
     # owned through the manifest (OWNER): Argo's flag would not reach a manifestFrom job
     assert resource["action"] == "create" and "setOwnerReference" not in resource
@@ -270,26 +337,16 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path, for
     assert train["outputs"]["parameters"] == [
         {"name": "job-name", "valueFrom": {"jsonPath": "{.metadata.name}"}}
     ]
-    job = job_of(manifest(path, form=form))
+    job = job_of(manifest(path))
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["torchrun"]
-    assert container["args"][:8] == [
-        "-m",
-        "steps.train",
-        "--dataset",
-        "{{inputs.parameters.dataset-uri}}",
-        "--output",
-        "{{inputs.parameters.model-uri}}",
-        "--mlflow-run-id",
-        "{{inputs.parameters.run-id}}",
-    ]
+    assert container["args"][:8] == TRAIN_ARGS
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-@pytest.mark.parametrize("form", FORMS)
-def test_every_pod_runs_as_non_root_without_capabilities(path: Path, form: str) -> None:
-    wf = manifest(path, form=form)
+def test_every_pod_runs_as_non_root_without_capabilities(path: Path) -> None:
+    wf = manifest(path)
     found = pods(wf)
     # six steps, the job's replicas, the InferenceService of deploy and of rollback-apply
     assert len(found) == 6 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
@@ -352,13 +409,20 @@ def test_secrets_only_by_reference(path: Path, monkeypatch: pytest.MonkeyPatch, 
     ],
 )
 def test_config_reaches_steps_as_set_arguments(overrides: list[str], expected: list[str]) -> None:
+    """Every step gets the config's own ``--set`` arguments, a parameter's field as its
+    ``{{workflow.parameters.x}}``: with the defaults filled in, the stage step rebuilds
+    exactly the config those arguments and the parameters' values give (``auto``
+    processes per node is a number there)."""
     cfg = load_config(REPO_ROOT / "configs" / "local.yaml", overrides)
     assert config_args(cfg) == expected
-    stage = templates(build_workflow(cfg).to_dict())["stage"]["container"]["args"]
-    assert (
-        stage[len(stage) - len(expected) :] == expected
-        and stage.count("--set") == len(expected) // 2
-    )
+    stage = templates(run_of(cfg))["stage"]["container"]["args"]
+    sets = [stage[i + 1] for i, arg in enumerate(stage) if arg == "--set"]
+    fields = {p.field for p in PARAMETERS}
+    own = [s for s in sets if s.split("=", 1)[0] not in fields]
+    assert own == [s for s in expected[1::2] if s.split("=", 1)[0] not in fields]
+    assert set(expected[1::2]) <= set(sets)
+    wanted = load_config(None, [*expected[1::2], *as_overrides(defaults(cfg))])
+    assert dump_config(load_config(None, sets)) == dump_config(wanted)
 
 
 @pytest.mark.parametrize("value", ["'[x]'", "'null'"], ids=["looks-like-a-list", "null"])
@@ -367,6 +431,14 @@ def test_config_that_cannot_travel_as_set_is_refused(value: str, tmp_path: Path)
     path.write_text(f"benchmark:\n  registered_model: {value}\n")
     with pytest.raises(FlowError, match=r"benchmark\.registered_model.* does not survive --set"):
         config_args(load_config(path))
+
+
+def stage_cache_key(cfg: PipelineConfig) -> str:
+    """The stage step's memoization key in a run with the parameters' defaults."""
+    wf = joined(cfg)
+    scope = {f"workflow.parameters.{k}": v for k, v in parameter_values(wf).items()}
+    key = templates(wf)["stage"]["memoize"]["key"]
+    return re.sub(r"\{\{=(.*?)\}\}", lambda m: render(evaluate(m[1], environment(scope))), key)
 
 
 @pytest.mark.parametrize(
@@ -380,6 +452,8 @@ def test_config_that_cannot_travel_as_set_is_refused(value: str, tmp_path: Path)
     ],
 )
 def test_stage_cache_key_follows_source_and_version(override: str, changes: bool) -> None:
+    """The key Argo computes for a run with the parameters' defaults: its ``{{=...}}``
+    (the ``data-source`` parameter hashed) evaluated as Argo's controller evaluates it."""
     smoke = REPO_ROOT / "configs" / "smoke.yaml"
     base, other = (
         stage_cache_key(load_config(smoke)),
@@ -450,23 +524,30 @@ def test_every_render_passes_the_strict_schema_check(tmp_path: Path) -> None:
                 build_cron_workflow(cfg) if cron else build_submission(cfg),
             ]
             files[-1].write_text("---\n".join(d.to_yaml() for d in docs))
-        files.append(tmp_path / f"{name}-inline.yaml")
-        files[-1].write_text(build_workflow(cfg).to_yaml())
         template = build_template(cfg).to_dict()
         for given in ({}, {"nodes": "3", "gpus-per-node": "2", "nproc-per-node": "2"}):
             files.append(tmp_path / f"{name}-job-{len(given)}.yaml")
             files[-1].write_text(yaml.safe_dump(job_of(template, **given)))
-    documents = sum(len(list(yaml.safe_load_all(f.read_text()))) for f in files)
-    # each inline workflow's embedded PyTorchJob and its two InferenceServices (deploy and
-    # rollback-apply), checked too
-    documents += 3 * len(configs)
-    assert validate(files).endswith(f"{documents} documents checked, 0 problems")
+    docs = [d for f in files for d in yaml.safe_load_all(f.read_text())]
+    checked = validate(files)
+    assert checked.endswith(f"{len(docs)} documents checked, 0 problems")
+    # inside each WorkflowTemplate: its jobs and its two InferenceServices (deploy and
+    # rollback-apply), their parameters filled with the defaults
+    embedded = [
+        t
+        for d in docs
+        if d["kind"] == "WorkflowTemplate"
+        for t in d["spec"]["templates"]
+        if "manifestFrom" in t.get("resource", {})
+    ]
+    assert f"({len(embedded)} job manifests from manifestFrom raw artifacts" in checked
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_the_local_runner_accepts_the_workflow(path: Path) -> None:
+    """The submission joined with its WorkflowTemplate, as the local runner joins them."""
     checks = pytest.importorskip("flows.local.checks")
-    assert checks.unsupported(manifest(path)) == []
+    assert checks.unsupported(joined(load_config(path))) == []
 
 
 def test_the_workflows_account_and_cache_are_the_configs() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from flows.cifar import build_template, build_workflow
+from flows.cifar import build_template
 from flows.exit_step import PICTURES
 from steps import tracking
 from steps.common.config import load_config
@@ -25,14 +25,12 @@ def test_the_flow_names_the_pictures_close_run_copies() -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_close_run_declares_the_pictures_as_optional_artifacts(path: Path) -> None:
-    cfg = load_config(path)
-    for doc in (build_template(cfg), build_workflow(cfg)):
-        close = templates(doc.to_dict())["close-run"]
-        artifacts = {a["name"]: a for a in close["outputs"]["artifacts"]}
-        assert {a["path"] for a in artifacts.values()} == {f"/tmp/outputs/{p}" for p in PICTURES}
-        assert all(a["optional"] and a["archive"] == {"none": {}} for a in artifacts.values())
-        args = close["container"]["args"]
-        assert args[args.index("--outputs-dir") + 1] == "/tmp/outputs"
+    close = templates(build_template(load_config(path)).to_dict())["close-run"]
+    artifacts = {a["name"]: a for a in close["outputs"]["artifacts"]}
+    assert {a["path"] for a in artifacts.values()} == {f"/tmp/outputs/{p}" for p in PICTURES}
+    assert all(a["optional"] and a["archive"] == {"none": {}} for a in artifacts.values())
+    args = close["container"]["args"]
+    assert args[args.index("--outputs-dir") + 1] == "/tmp/outputs"
 
 
 def test_close_run_copies_the_pictures_that_were_logged(mlflow_server, tmp_path: Path) -> None:

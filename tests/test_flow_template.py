@@ -1,25 +1,27 @@
-"""The WorkflowTemplate runs what the inline workflow runs: with its default parameters it
-is the same pipeline, and a parameter given at submission changes what it names (steps'
-config, the job's size and GPUs, the staging cache key) and nothing else."""
+"""The WorkflowTemplate runs the config: with its default parameters every step and the
+job get the config's values, and a parameter given at submission changes what it names
+(steps' config, the job's size and GPUs, the staging cache key) and nothing else."""
 
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from flows.cifar import build_template, build_workflow
+from flows.cifar import build_template
+from flows.manifests.pod import config_args
 from flows.train_step import ARGO_WORKFLOW_LABEL
 from steps.common.config import load_config
 from tests.test_flow import (
     CONFIGS,
     argo_substitute,
+    described_job,
     job_of,
     parameter_values,
+    run_of,
     templates,
     train_tasks,
     when_holds,
@@ -47,94 +49,56 @@ def _config_of(args: list[str]) -> tuple[list[str], dict[str, Any]]:
     return own, config
 
 
-def _normalized(template: dict[str, Any]) -> dict[str, Any]:
-    template = copy.deepcopy(template)
-    if "container" in template:
-        args = template["container"]["args"]
-        template["container"]["args"] = _config_of(args)
-    resource = template.get("resource", {})
-    if "manifestFrom" in resource:  # the WorkflowTemplate's form of an inline manifest
-        (artifact,) = template["inputs"].pop("artifacts")
-        resource.pop("manifestFrom")
-        resource["manifest"] = artifact["raw"]["data"]
-    if "manifest" in resource:
-        manifest = yaml.safe_load(resource["manifest"])
-        for container in _walk_containers(manifest):
-            container["args"] = _config_of(container["args"])
-        resource["manifest"] = manifest
-    return template
-
-
-def _walk_containers(node: Any) -> list[dict[str, Any]]:
-    if isinstance(node, list):
-        return [c for item in node for c in _walk_containers(item)]
-    if not isinstance(node, dict):
-        return []
-    found = [c for c in node.get("containers", []) if "args" in c]
-    return found + [c for v in node.values() for c in _walk_containers(v)]
-
-
-def _without_job_details(job: dict[str, Any]) -> dict[str, Any]:
-    """What may differ between the two forms of the same job: the name's room for larger
-    jobs, and a request for zero GPUs."""
+def comparable_job(job: dict[str, Any]) -> dict[str, Any]:
+    """What may differ between the template's job and the one the config describes
+    removed: the name's room for larger jobs, a request for zero GPUs, and the order of
+    the ``--set`` arguments (each container's arguments as the config they rebuild)."""
     job = copy.deepcopy(job)
     job["metadata"].pop("generateName")
-    specs = job["spec"]["pytorchReplicaSpecs"]
-    for replica in specs.values():
-        resources = replica["template"]["spec"]["containers"][0]["resources"]
-        for part in resources.values():
-            if part.get(GPU) == "0":
-                del part[GPU]
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, dict):
+            if node.get(GPU) == "0":
+                del node[GPU]
+            if "command" in node and "args" in node:  # a container, a TrainJob's trainer
+                node["args"] = _config_of(node["args"])
+            for value in node.values():
+                walk(value)
+
+    walk(job["spec"])
     return job
 
 
-def _run_as_argo_would(found: dict[str, dict[str, Any]], entrypoint: str) -> None:
-    """Drop the tasks whose ``when`` is false (Argo skips them; a plain dependency on a
-    Skipped task holds) and their templates, so the DAG reads as the inline one."""
-    dag = found[entrypoint]["dag"]
-    # a `when` on the workflow's parameters is decided here; one on a task's outputs
-    # (deploy's on the benchmark's decision) is the same in both and stays
-    static = [t for t in dag["tasks"] if "when" in t and "{{tasks." not in t["when"]]
-    skipped = {t["name"] for t in static if not when_holds(t["when"])}
-    dag["tasks"] = [t for t in dag["tasks"] if t["name"] not in skipped]
-    for task in static:
-        task.pop("when")
-    for task in dag["tasks"]:
-        if "depends" in task:
-            names = [n.strip() for n in task["depends"].split("&&")]
-            task["depends"] = " && ".join(n for n in names if n not in skipped)
-    for name in skipped:
-        del found[name]
-    if "train-multinode" in found:  # the inline workflow's job has its size written in
-        found["train"] = {**found.pop("train-multinode"), "name": "train"}
-        for task in dag["tasks"]:
-            for key in ("name", "template", "depends"):
-                if key in task:
-                    task[key] = re.sub(r"\btrain-multinode\b", "train", task[key])
-
-
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-def test_the_template_with_its_defaults_is_the_inline_workflow(path: Path) -> None:
+def test_the_template_with_its_defaults_runs_the_config(path: Path) -> None:
+    """A run with the default parameters is the config's pipeline: every step rebuilds the
+    config from its arguments, the job that runs is the one the config describes
+    (``described_job``: the builders given the config's own values), and one training task
+    runs, as ``train``."""
     cfg = load_config(path)
-    template, inline = build_template(cfg).to_dict(), build_workflow(cfg).to_dict()
-    values = parameter_values(template)
-    NPROC["auto"] = int(values["nproc-per-node"])
-    resolved = yaml.safe_load(argo_substitute(yaml.safe_dump(template), values))
-    mine, theirs = templates(resolved), templates(inline)
-    _run_as_argo_would(mine, template["spec"]["entrypoint"])
-    assert mine.keys() == theirs.keys()
-    for name in mine.keys() - {"train", "stage"}:
-        assert _normalized(mine[name]) == _normalized(theirs[name]), name
-    stage, inline_stage = mine["stage"], theirs["stage"]
-    assert stage.pop("memoize")["key"].startswith("stage-")
-    inline_stage.pop("memoize")
-    assert _normalized(stage) == _normalized(inline_stage)
-    jobs = [_without_job_details(job_of(wf)) for wf in (template, inline)]
-    for job in jobs:
-        for replica in job["spec"]["pytorchReplicaSpecs"].values():
-            container = replica["template"]["spec"]["containers"][0]
-            container["args"] = _config_of(container["args"])
-    assert jobs[0] == jobs[1]
+    template = build_template(cfg).to_dict()
+    NPROC["auto"] = int(parameter_values(template)["nproc-per-node"])
+    run = run_of(cfg)
+    found = templates(run)
+    assert "train-multinode" not in found and [t["name"] for t in train_tasks(run)] == ["train"]
+    own, wanted = _config_of(config_args(cfg))
+    assert own == []
+    steps = {n: t["container"]["args"] for n, t in found.items() if "container" in t}
+    assert steps.keys() == {
+        "create-run",
+        "stage",
+        "optimize",
+        "benchmark",
+        "serve-check",
+        "close-run",
+    }
+    for name, args in steps.items():
+        assert _config_of(args)[1] == wanted, name
+    assert found["stage"]["memoize"]["key"].startswith("stage-")
+    assert comparable_job(job_of(run)) == comparable_job(described_job(cfg))
 
 
 def test_a_given_parameter_changes_the_steps_and_the_job() -> None:
@@ -178,9 +142,11 @@ def test_the_staging_cache_key_is_hashed_from_the_source_parameter() -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_every_rank_logs_to_the_workflow(path: Path) -> None:
-    """``argo logs <wf> -c pytorch`` and the UI find pods by the workflow label."""
-    for doc in (build_template(load_config(path)), build_workflow(load_config(path))):
-        job = job_of(doc.to_dict())
+    """``argo logs <wf> -c pytorch`` and the UI find pods by the workflow label, in the
+    job of either training template (one node, several)."""
+    template = build_template(load_config(path)).to_dict()
+    for nodes in ("1", "2"):
+        job = job_of(template, nodes=nodes)
         for replica in job["spec"]["pytorchReplicaSpecs"].values():
             pod_labels = replica["template"]["metadata"]["labels"]
             assert pod_labels[ARGO_WORKFLOW_LABEL] == "{{workflow.name}}"

@@ -30,9 +30,10 @@ VALUES = {"model-uri": "models:/cifar10-classifier/7", "run-id": "0123456789abcd
 VALUES |= {"model-version": "7", "previous-version": "6"}
 
 
-def rendered(cfg: PipelineConfig, *, parameterized: bool) -> dict[str, Any]:
+def rendered(cfg: PipelineConfig) -> dict[str, Any]:
+    """The deploy and rollback templates, as a WorkflowTemplate of their own."""
     with WorkflowTemplate(name="serving", entrypoint="deploy") as wt:
-        deploy_templates(cfg, config_args(cfg), parameterized=parameterized)
+        deploy_templates(cfg, config_args(cfg))
     return wt.to_dict()
 
 
@@ -41,9 +42,11 @@ def by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def applied(template: dict[str, Any]) -> dict[str, Any]:
-    """The manifest ``kubectl apply`` gets: the inputs substituted as Argo does."""
-    resource = template["resource"]
-    text = resource.get("manifest") or template["inputs"]["artifacts"][0]["raw"]["data"]
+    """The manifest ``kubectl apply`` gets: the raw artifact ``manifestFrom`` names, the
+    inputs substituted as Argo does."""
+    assert template["resource"]["manifestFrom"] == {"artifact": {"name": "manifest"}}
+    (artifact,) = template["inputs"]["artifacts"]
+    text = artifact["raw"]["data"]
     pattern = r"\{\{inputs\.parameters\.([a-z-]+)\}\}"
     return yaml.safe_load(re.sub(pattern, lambda match: VALUES[match.group(1)], text))
 
@@ -119,10 +122,9 @@ def test_secrets_reach_the_server_by_reference_only() -> None:
         assert "value" not in env[name] and env[name]["valueFrom"]["secretKeyRef"]["key"] == name
 
 
-@pytest.mark.parametrize("parameterized", [False, True], ids=["inline", "manifestFrom"])
-def test_the_applied_services_name_the_run_and_version_in_valid_labels(parameterized: bool) -> None:
+def test_the_applied_services_name_the_run_and_version_in_valid_labels() -> None:
     cfg = PipelineConfig()
-    found = by_name(rendered(cfg, parameterized=parameterized))
+    found = by_name(rendered(cfg))
     for name, version, uri in (
         ("deploy", "7", "models:/cifar10-classifier/7"),
         ("rollback-apply", "6", "models:/cifar10-classifier/6"),
@@ -145,7 +147,7 @@ def test_the_rollback_delete_names_the_service_and_waits_for_nothing_else() -> N
     """Argo runs ``kubectl delete --ignore-not-found <flags> -o name`` and refuses
     conditions or outputs on a delete (v4.0.5 cmd/argoexec/commands/resource.go)."""
     cfg = load_config(None, ["serving.name=champion"])
-    delete = by_name(rendered(cfg, parameterized=True))["rollback-delete"]
+    delete = by_name(rendered(cfg))["rollback-delete"]
     assert delete["resource"] == {
         "action": "delete",
         "flags": ["inferenceservices.serving.kserve.io", "champion"],
@@ -207,27 +209,24 @@ def test_kserve_keeps_ready_where_the_conditions_look() -> None:
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_the_steps_end_as_the_rollout_ends(path: Path) -> None:
     cfg = load_config(path, [])
-    for form in (False, True):
-        found = by_name(rendered(cfg, parameterized=form))
-        for name, failure_too in (("deploy", True), ("rollback-apply", False)):
-            resource = found[name]["resource"]
-            assert resource["successCondition"] == SUCCESS
-            assert resource.get("failureCondition") == (FAILURE if failure_too else None)
-            parse(SUCCESS), parse(FAILURE)  # labels.Parse takes them
-            service = applied(found[name])
-            decided = {
-                case: outcome(
-                    {**service, "status": status_of(case)},
-                    SUCCESS,
-                    resource.get("failureCondition", ""),
-                )
-                for case in DEPLOY
-            }
-            wanted = {
-                c: (o if failure_too or o != "failed" else "waiting") for c, o in DEPLOY.items()
-            }
-            assert decided == wanted, (path.stem, name)
-            assert int(found[name]["activeDeadlineSeconds"]) >= cfg.serving.ready_timeout_s
+    found = by_name(rendered(cfg))
+    for name, failure_too in (("deploy", True), ("rollback-apply", False)):
+        resource = found[name]["resource"]
+        assert resource["successCondition"] == SUCCESS
+        assert resource.get("failureCondition") == (FAILURE if failure_too else None)
+        parse(SUCCESS), parse(FAILURE)  # labels.Parse takes them
+        service = applied(found[name])
+        decided = {
+            case: outcome(
+                {**service, "status": status_of(case)},
+                SUCCESS,
+                resource.get("failureCondition", ""),
+            )
+            for case in DEPLOY
+        }
+        wanted = {c: (o if failure_too or o != "failed" else "waiting") for c, o in DEPLOY.items()}
+        assert decided == wanted, (path.stem, name)
+        assert int(found[name]["activeDeadlineSeconds"]) >= cfg.serving.ready_timeout_s
 
 
 def test_a_ready_service_has_both_urls_the_outputs_read() -> None:
@@ -238,19 +237,19 @@ def test_a_ready_service_has_both_urls_the_outputs_read() -> None:
 
 @pytest.mark.skipif(not VALIDATOR.is_file(), reason="../shared (the schema validator) is absent")
 def test_every_service_passes_the_crd(tmp_path: Path) -> None:
-    """For every config, inline and as manifestFrom, the templates through the strict
-    validator (which fills the parameters and checks the InferenceService against
+    """For every config, the templates through the strict validator (which fills the
+    parameters of each manifestFrom artifact and checks the InferenceService against
     KServe v0.19.0's CRD), and the applied services with realistic inputs."""
     files = []
     for path in CONFIGS:
-        cfg = load_config(path, [])
-        for form in (False, True):
-            doc = rendered(cfg, parameterized=form)
-            services = [applied(t) for n, t in by_name(doc).items() if n != "rollback-delete"]
-            files.append(tmp_path / f"{path.stem}-{form}.yaml")
-            files[-1].write_text(yaml.safe_dump_all([doc, *services], sort_keys=False))
+        doc = rendered(load_config(path, []))
+        services = [applied(t) for n, t in by_name(doc).items() if n != "rollback-delete"]
+        files.append(tmp_path / f"{path.stem}.yaml")
+        files[-1].write_text(yaml.safe_dump_all([doc, *services], sort_keys=False))
     done = subprocess.run(
         [sys.executable, str(VALIDATOR), *map(str, files)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().endswith(f"{4 * len(CONFIGS) * 2} documents checked, 0 problems")
+    assert done.stdout.strip().endswith(f"{3 * len(CONFIGS)} documents checked, 0 problems")
+    # deploy's and rollback-apply's manifests inside each template, checked too
+    assert f"({2 * len(CONFIGS)} job manifests from manifestFrom raw" in done.stdout

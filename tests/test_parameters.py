@@ -14,6 +14,7 @@ from flows.manifests.names import FlowError
 from flows.parameters import step_settings
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
+from tests.test_flow import argo_substitute
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 KNOWN = (
@@ -79,7 +80,7 @@ def test_auto_processes_per_node_default_to_one_per_gpu() -> None:
 
 def test_steps_read_the_parameters_and_never_the_configs_value() -> None:
     cfg = load_config(SMOKE, ["train.epochs=7", "train.lr=0.05"])
-    settings = step_settings(cfg, parameterized=True)
+    settings = step_settings(cfg)
     pairs = dict(s.split("=", 1) for s in settings[1::2])
     assert pairs["train.epochs"] == "{{workflow.parameters.epochs}}"
     assert pairs["train.lr"] == "{{workflow.parameters.lr}}"
@@ -87,9 +88,11 @@ def test_steps_read_the_parameters_and_never_the_configs_value() -> None:
     assert "=7" not in " ".join(settings) and "=0.05" not in " ".join(settings)
     # a field that is no parameter still travels as the config's value
     assert pairs["train.warmup_epochs"] == str(cfg.train.warmup_epochs)
-    # and an inline (local) workflow has the values written in
-    literal = dict(s.split("=", 1) for s in step_settings(cfg, parameterized=False)[1::2])
+    # and the parameters' defaults, substituted as Argo does, are the config's values
+    filled = [argo_substitute(s, parameters.defaults(cfg)) for s in settings[1::2]]
+    literal = dict(s.split("=", 1) for s in filled)
     assert (literal["train.epochs"], literal["train.lr"]) == ("7", "0.05")
+    assert literal["data.source"] == cfg.data.source
 
 
 def test_a_local_run_applies_p_as_the_fields_it_stands_for(monkeypatch) -> None:

@@ -9,16 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubeflow.training import models as kf
 
-from flows.cifar import build_workflow
+from flows.cifar import build_template
 from flows.manifests import pytorchjob
 from flows.manifests.names import FlowError, dns1035
 from flows.manifests.pod import EnvSpec
 from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
-from tests.test_flow import CONFIGS, check_golden
+from tests.test_flow import CONFIGS, check_golden, job_of
 
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 GENERATED = "x7k2p"  # what the API server appends to generateName
@@ -85,11 +84,13 @@ def test_each_config_job_passes_the_webhook_and_matches_golden(path: Path) -> No
         {"Master": 1, "Worker": cfg.cluster.nodes - 1} if cfg.cluster.nodes > 1 else {"Master": 1}
     )
     check_golden(f"{path.stem}-pytorchjob", manifest)
-    # the workflow carries exactly this job, with the real step arguments
-    templates = build_workflow(cfg).to_dict()["spec"]["templates"]
-    train = next(t for t in templates if t["name"] == "train")
-    workflow_job = yaml.safe_load(train["resource"]["manifest"])
+    # the workflow carries this job, with the real step arguments: the one that runs with
+    # the template's default parameters
+    workflow_job = job_of(build_template(cfg).to_dict())
     assert webhook_problems(workflow_job) == []
+    assert {k: v["replicas"] for k, v in workflow_job["spec"]["pytorchReplicaSpecs"].items()} == {
+        k: v["replicas"] for k, v in specs.items()
+    }
     assert workflow_job["metadata"]["generateName"] == manifest["metadata"]["generateName"]
 
 

@@ -14,14 +14,23 @@ import pytest
 import yaml
 
 from flows import cli
-from flows.cifar import build_template, build_workflow
+from flows.cifar import build_template
 from flows.manifests import trainjob
 from flows.manifests.names import FlowError, labels
 from flows.manifests.pod import EnvSpec
 from flows.train_step import ARGO_WORKFLOW_LABEL
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
-from tests.test_flow import CONFIGS, VALIDATOR, check_golden, job_of, templates
+from tests.test_flow import (
+    CONFIGS,
+    VALIDATOR,
+    check_golden,
+    described_job,
+    job_of,
+    parameter_values,
+    templates,
+)
+from tests.test_flow_template import NPROC, comparable_job
 
 TRAINJOB = "train.launcher=trainjob"
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"
@@ -34,8 +43,12 @@ LABEL_KEY = re.compile(
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_each_config_trainjob_and_runtime_match_golden(path: Path) -> None:
     cfg = load_config(path, [TRAINJOB])
-    job = job_of(build_workflow(cfg).to_dict())
+    job = described_job(cfg)
     check_golden(f"{path.stem}-trainjob", job)
+    # and the template's run with its default parameters creates this job
+    template = build_template(cfg).to_dict()
+    NPROC["auto"] = int(parameter_values(template)["nproc-per-node"])
+    assert comparable_job(job_of(template)) == comparable_job(job)
     runtime = trainjob.to_manifest(trainjob.build_runtime(cfg, labels(cfg)))
     check_golden(f"{path.stem}-clustertrainingruntime", runtime)
 
@@ -270,19 +283,21 @@ def test_trainjob_renders_pass_the_strict_schema_check(tmp_path: Path, capsys) -
             )
             files.append(tmp_path / f"{name}-runtime.yaml")
             files[-1].write_text(capsys.readouterr().out)
-            files.append(tmp_path / f"{name}-inline.yaml")
-            files[-1].write_text(build_workflow(cfg).to_yaml())
+            files.append(tmp_path / f"{name}-template.yaml")
+            files[-1].write_text(build_template(cfg).to_yaml())
+            files.append(tmp_path / f"{name}-described-job.yaml")
+            files[-1].write_text(yaml.safe_dump(described_job(cfg)))
             files.append(tmp_path / f"{name}-job.yaml")
             files[-1].write_text(yaml.safe_dump(job_of(build_template(cfg).to_dict(), nodes="2")))
     done = subprocess.run(
         [sys.executable, str(VALIDATOR), *map(str, files)], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    # each inline workflow embeds its TrainJob and the InferenceService of deploy and of
-    # rollback-apply, checked too
-    assert done.stdout.strip().endswith(
-        f"{len(files) + 3 * (len(files) // 3)} documents checked, 0 problems"
-    )
+    assert done.stdout.strip().endswith(f"{len(files)} documents checked, 0 problems")
+    # inside each WorkflowTemplate: its TrainJob and the InferenceService of deploy and of
+    # rollback-apply, their parameters filled with the defaults
+    templates_checked = len(files) // 4
+    assert f"({3 * templates_checked} job manifests from manifestFrom raw" in done.stdout
 
 
 def test_a_local_run_of_a_trainjob_config_runs_the_trainjob(monkeypatch, tmp_path) -> None:

@@ -10,6 +10,7 @@ deployment, logs the decision and exits 1; a retried check does not roll back tw
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -17,10 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pytest
 from mlflow.exceptions import MlflowException
 
 from steps.benchmark import step as benchmark
+from steps.common.per_image import pack_correct, prefix_accuracy
 from steps.serve_check import step as serve_check
 from steps.serve_check.report import merged_note
 from tests.mlflow_server import mlflow_models_serve
@@ -249,6 +252,60 @@ def test_the_check_confirms_the_version_this_run_deployed(
     assert 2 <= time.monotonic() - started < 60  # it waited --wait-s for the rollout
     assert alias_version(client) == "1"
     assert (tmp_path / "stale" / "passed").read_text() == "false"
+
+
+def test_a_check_on_fewer_images_expects_the_benchmarks_accuracy_on_those(
+    champion: dict,
+    served: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mlflow_server,
+) -> None:
+    """``serving.check_samples`` below the benchmark's count: the expected accuracy is the
+    benchmark's on the same first images (its per-image results), and the live check on
+    them passes; an older benchmark.json without them is refused naming the setting."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    doc = champion["doc"]
+    names = sorted(set(doc["promotion"]["served_by_batch"].values()))
+    count = 37
+    # The truth, from the bits the benchmark packed: first 37 images, by hand.
+    by_hand = [
+        float(np.unpackbits(np.frombuffer(base64.b64decode(doc["variants"][n]["correct"]),
+                                          dtype=np.uint8))[:count].mean())
+        for n in names
+    ]  # fmt: skip
+    low, high, _ = serve_check.expected_accuracy(doc, count)
+    assert (low, high) == (min(by_hand), max(by_hand))
+    report = str(champion["root"] / "report")
+    argv = check_argv(served, champion, report, tmp_path, f"serving.check_samples={count}")
+    result = serve_check.run(serve_check.build_parser().parse_args(argv))
+    assert result["passed"] and result["images"] == count
+    assert result["expected_accuracy"]["low"] == low
+    # more than the benchmark measured: only what it measured is sent
+    more = int(doc["test_images"]) + 50
+    argv = check_argv(served, champion, report, tmp_path, f"serving.check_samples={more}")
+    assert serve_check.run(serve_check.build_parser().parse_args(argv))["images"] == int(
+        doc["test_images"]
+    )
+    old = json.loads(json.dumps(doc))
+    for variant in old["variants"].values():
+        variant.pop("correct", None)
+    with pytest.raises(serve_check.BadInput, match=r"serving.check_samples 37 < the benchmark"):
+        serve_check.expected_accuracy(old, count)
+    assert serve_check.expected_accuracy(old) == serve_check.expected_accuracy(doc)
+
+
+@pytest.mark.parametrize(
+    ("correct", "count", "accuracy"),
+    [([1, 1, 0, 0, 0, 0, 0, 0, 0, 1], 2, 1.0), ([1, 1, 0, 0, 0, 0, 0, 0, 0, 1], 10, 0.3),
+     ([0, 1, 1, 1, 0, 1, 1, 1, 1], 9, 7 / 9), ([0, 1, 1, 1, 0, 1, 1, 1, 1], 4, 0.75)],
+    ids=["prefix-2", "all-10", "all-9-not-a-byte", "prefix-4"],
+)  # fmt: skip
+def test_per_image_results_round_trip(correct: list[int], count: int, accuracy: float) -> None:
+    packed = pack_correct(np.asarray(correct, dtype=bool))
+    assert prefix_accuracy(packed, len(correct), count) == pytest.approx(accuracy)
+    with pytest.raises(ValueError, match=r"the benchmark measured 1\.\."):
+        prefix_accuracy(packed, len(correct), len(correct) + 1)
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ from steps.common.optimized_variants import (
     load_variants,
     open_optimized,
 )
+from steps.common.per_image import pack_correct
 from steps.common.step_cli import (
     add_common,
     run_main,
@@ -180,8 +181,10 @@ def measure_all(cfg, runners, images: torch.Tensor, labels: torch.Tensor, max_ba
     results: dict[str, dict[str, Any]] = {}
     for name, (precision, runner, prepare) in runners.items():
         logits = run_batched(runner, prepare(images), max_batch, min_batch)
-        accuracy = (logits.argmax(1).cpu() == labels).float().mean().item()
+        correct = logits.argmax(1).cpu() == labels
+        accuracy = correct.float().mean().item()
         results[name] = {"status": "measured", "precision": precision, "accuracy": accuracy}
+        results[name]["correct"] = pack_correct(correct.numpy())  # the live check's subsets
         results[name]["batches"] = {}
     for batch in bench.batch_sizes:
         index = torch.arange(batch) % len(images)

@@ -13,11 +13,12 @@ answers in a row on new connections, within ``--wait-s``), then sends the first
 accuracy on) to ``URL/invocations`` in requests of ``--batch`` images, at each of
 ``serving.check_concurrency``; every request answered with one class in 0..9 per image.
 The served accuracy must lie within ``benchmark.accuracy_margin`` of the benchmark's
-accuracy for what the registered model runs (``promotion.served_by_batch``: the variants
-its dispatcher picks; the eager FP32 model where it registered no pyfunc), at every
-concurrency. Failing that, or another version served, or unreachable, or past
-``--time-limit-s``: the alias moves back to the previous champion
-(``steps.serve_check.rollback``), the step prints one line naming both, and exits 1.
+accuracy on the same images (``steps.common.per_image``) for what the registered model
+runs (``promotion.served_by_batch``: the variants its dispatcher picks; the eager FP32
+model where it registered no pyfunc), at every concurrency. Failing that, or another
+version served, or unreachable, or past ``--time-limit-s``: the alias moves back to the
+previous champion (``steps.serve_check.rollback``), the step prints one line naming both,
+and exits 1.
 Outputs: ``passed``, ``accuracy``, ``previous-version``, ``summary.json``; MLflow:
 ``serving/...`` metrics, ``serving.url`` tag and a line in the run's description
 (``steps.serve_check.report``).
@@ -33,6 +34,7 @@ from urllib.parse import urlparse
 
 from steps.common.config import PipelineConfig, StorageConfig, load_config
 from steps.common.dataset import read_manifest, read_split
+from steps.common.per_image import prefix_accuracy
 from steps.common.step_cli import add_common, run_main, tracking_wanted, write_outputs
 from steps.common.storage import open_store
 from steps.common.storage.uri import split_uri
@@ -91,25 +93,47 @@ def read_benchmark(value: str, storage: StorageConfig) -> dict[str, Any]:
     return doc
 
 
-def expected_accuracy(doc: dict[str, Any]) -> tuple[float, float, str]:
-    """The benchmark's accuracy for what the registered model runs: the lowest and highest
-    of the variants its dispatcher picks (concurrent requests may be batched onto another),
-    and their names."""
+def check_count(cfg: PipelineConfig, doc: dict[str, Any], available: int) -> int:
+    """How many test images the check sends: the benchmark's, or ``serving.check_samples``
+    of them (never more than the benchmark measured, whose accuracy it must match)."""
+    measured = int(doc["test_images"])
+    return min(cfg.serving.check_samples or measured, measured, available)
+
+
+def expected_accuracy(doc: dict[str, Any], count: int | None = None) -> tuple[float, float, str]:
+    """The benchmark's accuracy for what the registered model runs, over its first
+    ``count`` test images (default: all it measured): the lowest and highest of the
+    variants its dispatcher picks (concurrent requests may be batched onto another), and
+    their names."""
     served = doc.get("promotion", {}).get("served_by_batch") or {"any": "eager"}
     names = sorted(set(served.values()))
+    measured = int(doc["test_images"])
+    count = measured if count is None else count
     try:
-        values = [float(doc["variants"][name]["accuracy"]) for name in names]
-    except (KeyError, TypeError, ValueError):
+        variants = [doc["variants"][name] for name in names]
+        if count == measured:
+            values = [float(v["accuracy"]) for v in variants]
+        else:
+            values = [prefix_accuracy(v["correct"], measured, count) for v in variants]
+    except KeyError as exc:
+        if count != measured and exc.args == ("correct",):
+            raise BadInput(
+                f"serving.check_samples {count} < the benchmark's {measured} images, and its "
+                "benchmark.json has no per-image results (an older benchmark): set "
+                "serving.check_samples to null"
+            ) from None
+        raise BadInput(f"--benchmark: no measured accuracy for {', '.join(names)}") from None
+    except (TypeError, ValueError):
         raise BadInput(f"--benchmark: no measured accuracy for {', '.join(names)}") from None
     return min(values), max(values), ", ".join(names)
 
 
 def check_batches(dataset: str, cfg: PipelineConfig, doc: dict[str, Any], batch: int) -> Batches:
-    """The first images of the test split, as many as the benchmark measured (or
-    ``serving.check_samples``), encoded once in requests of ``batch``."""
+    """The first images of the test split, as many as ``check_count``, encoded once in
+    requests of ``batch``."""
     store = open_store(dataset, cfg.storage)
     images, labels = read_split(store, read_manifest(store), "test")
-    count = min(cfg.serving.check_samples or int(doc["test_images"]), len(labels))
+    count = check_count(cfg, doc, len(labels))
     starts = range(0, count, batch)
     return Batches(
         [encode(images[i : min(i + batch, count)]) for i in starts],
@@ -167,8 +191,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if min(args.timeout_s, args.wait_s, args.time_limit_s) <= 0:
         raise BadInput("--timeout-s, --wait-s and --time-limit-s must be more than 0")
     doc = read_benchmark(args.benchmark, cfg.storage)
-    expected = expected_accuracy(doc)
     batches = check_batches(args.dataset, cfg, doc, args.batch)
+    expected = expected_accuracy(doc, batches.images)
     tracked = None
     if tracking_wanted(cfg, args.mlflow_run_id):  # before the check: fail early
         from steps.common.tracking import open_run

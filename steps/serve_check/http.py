@@ -75,6 +75,11 @@ class Endpoint:
             if matched >= confirm:
                 return True
             if time.monotonic() >= deadline:
+                if matched:  # right, but not yet as often as asked
+                    raise BadAnswer(
+                        f"{name} v{version} named by {matched} of {confirm} answers in a row "
+                        f"within {within_s:g} s"
+                    )
                 raise BadAnswer(
                     f"it serves {last}, not {name} v{version} that this run deployed "
                     f"(waited {within_s:g} s)"

@@ -272,3 +272,30 @@ def test_dag_coinflip_recurses_on_tails(tmp_path: Path) -> None:
     assert got["A[1].tails[1].tails"] == "Skipped"
     for task in "BCD":
         assert (got[f"{task}[1].heads"], got[f"{task}[1].tails"]) == ("Succeeded", "Skipped")
+
+
+@pytest.mark.parametrize(("should_print", "phase"), [("true", "Succeeded"), ("false", "Skipped")])
+def test_conditionals_reads_the_parameters_as_json(
+    tmp_path: Path, should_print: str, phase: str
+) -> None:
+    """examples/conditionals.yaml: the govaluate ``when``, the expr one and the one over
+    ``jsonpath(workflow.parameters.json, '$[0].value')`` agree (Argo's e2e
+    test/e2e/functional_test.go TestWhenExpressions runs it and expects no step Skipped).
+    ``workflow.parameters.json`` is all the workflow's arguments as JSON, set among the
+    globals by argo-workflows v4.0.5 workflow/controller/operator.go; without it the tag had
+    a variable out of scope, which Argo leaves unresolved in a global substitution
+    (util/template/expression_template.go ``expressionReplaceStrict``, ``allowUnresolved``)
+    rather than failing on it. The argosay steps' ``cowsay hello`` is ``echo`` here."""
+    manifest = example("conditionals")
+    for template in manifest["spec"]["templates"]:
+        if "container" in template:
+            template["container"]["args"] = ["echo hello"]
+    runner, result = run(tmp_path, manifest, parameters={"should-print": should_print})
+    assert runner.globals["workflow.parameters.json"] == (
+        f'[{{"name":"should-print","value":"{should_print}"}}]'
+    )
+    assert result.status == "Succeeded"
+    assert states(result) == {
+        "[0].print-hello-govaluate": phase, "[0].print-hello-expr": phase,
+        "[0].print-hello-expr-json": phase,
+    }  # fmt: skip

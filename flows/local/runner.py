@@ -81,7 +81,10 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
             "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
             "workflow.status": "Running",
         }
-        for parameter in spec.get("arguments", {}).get("parameters", []):
+        arguments = spec.get("arguments", {}).get("parameters", [])
+        # all of them as one JSON string, before a parameter named "json" may replace it
+        self.globals["workflow.parameters.json"] = parameters_json(arguments)
+        for parameter in arguments:
             self.globals[f"workflow.parameters.{parameter['name']}"] = str(
                 parameter.get("value", "")
             )
@@ -273,6 +276,36 @@ def _saved(record: TaskRecord) -> dict[str, Any]:
     saved = {name: getattr(record, name) for name in _SAVED_FIELDS}
     saved["outputs"] = dict(record.outputs)
     return saved
+
+
+PARAMETER_FIELDS = ("name", "default", "value", "valueFrom", "globalName", "enum", "description")
+
+
+def parameters_json(parameters: list[dict[str, Any]]) -> str:
+    """``{{workflow.parameters.json}}``: the workflow's arguments as Go's ``json.Marshal``
+    writes Argo's ``[]Parameter`` (its field order, empty fields left out, values as
+    strings), as argo-workflows v4.0.5 workflow/controller/operator.go sets it among the
+    globals. Argo's examples/conditionals.yaml reads it with ``jsonpath``."""
+    written = []
+    for parameter in parameters:
+        item: dict[str, Any] = {}
+        for name in PARAMETER_FIELDS:
+            value = parameter.get(name)
+            if value is None or (name in ("globalName", "enum") and not value):
+                continue  # omitempty: a nil pointer, an empty string or list
+            if name in ("default", "value", "description"):
+                value = _go_string(value)
+            elif name == "enum":
+                value = [_go_string(v) for v in value]
+            item[name] = value
+        written.append(item)
+    text = json.dumps(written, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _go_string(value: Any) -> str:
+    """A YAML scalar as Argo's AnyString holds it (``true``, not Python's ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _rfc3339(epoch: float | None) -> str | None:

@@ -464,7 +464,7 @@ def test_every_render_passes_the_strict_schema_check(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_the_local_runner_accepts_the_workflow(path: Path) -> None:
-    checks = pytest.importorskip("flows.local.checks")
+    checks = pytest.importorskip("flows.local.checks.fields")
     assert checks.unsupported(manifest(path)) == []
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.local.checks import UnsupportedFeature
-from flows.local.runner import LocalRunner
+from flows.local.errors import UnsupportedFeature
+from flows.local.workflow import LocalRunner
 from tests.local_examples import example, run, states
 from tests.test_local_steps import sh, steps_workflow
 

@@ -68,7 +68,7 @@ def resource_process(
 def delete_process(template: Mapping[str, Any], cwd: Path, env: Mapping[str, str]) -> ProcessSpec:
     """``kubectl delete --ignore-not-found <job resource> --selector <workflow label>`` as
     Argo runs it, here: the run's job was a torchrun process that has ended, so the delete
-    finds nothing and succeeds, as ``--ignore-not-found`` does (resource_checks.delete_problems
+    finds nothing and succeeds, as ``--ignore-not-found`` does (checks.resources.delete_problems
     refuses any other delete up front)."""
     what = " ".join(template["resource"]["flags"])
     message = f"delete {what}: nothing to delete (a local job ends with its torchrun)"

@@ -1,7 +1,7 @@
 """Run an Argo Workflow (the Hera object ``--render`` prints) on this machine.
 
-DAG tasks start in dependency order (independent ones side by side), each template as a
-local process (see ``flows.local.pods.container``), parameters substituted as Argo would, output
+DAG tasks start in dependency order (independent ones side by side), each pod's template as
+a local process (``flows.local.pods``), parameters substituted as Argo would, output
 parameters read from the files the templates declare, retries and deadlines honoured,
 memoized templates served from a local cache, and the exit handler run at the end
 whatever happened. The run directory ``runs/<workflow name>/`` keeps each task's log and

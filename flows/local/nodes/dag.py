@@ -1,14 +1,15 @@
 """DAG templates, at any depth, as Argo's controller runs them (workflow/controller/dag.go).
 
 A task is decided once the tasks it depends on are done: it runs when its ``depends`` (or
-``dependencies``) holds over their results (``flows.local.conditions.depends``: a plain name is
-Succeeded or Skipped, or Failed / Errored with ``continueOn`` set for that phase), and is
-Omitted otherwise; its ``when`` is evaluated as it starts (``flows.local.conditions.skipped``). With
+``dependencies``) holds over their results (``flows.local.conditions.depends``: a plain
+name is Succeeded or Skipped, or Failed / Errored with ``continueOn`` set for that phase),
+and is Omitted otherwise; its ``when`` is evaluated as it starts (``run_node``). With
 ``dag.failFast`` (true by default) the DAG ends, starting nothing more, once no node runs
 and a leaf task's branch has failed, as Argo's ``assessDAGPhase`` ends it (a failure that a
 ``depends`` expects, or that ``continueOn`` covers, is no failed branch). A looping task is
 a TaskGroup node done when all its items are. The DAG's phase is ``assessDAGPhase``'s:
 Failed (or Error) when a leaf task's branch failed and that task does not continue on it.
+Its nodes start through the one scheduling loop (``flows.local.nodes.schedule``).
 """
 
 from __future__ import annotations

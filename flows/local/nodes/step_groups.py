@@ -3,7 +3,8 @@ steps.go): the groups in order, the steps of a group side by side (at most the t
 ``parallelism`` at once). A group fails when one of its steps failed without ``continueOn``;
 then the template fails ("child '...' failed") and no later group runs. A looping step is one
 node per item, with no node of its own; later groups see the items' outputs aggregated.
-With the template's ``failFast: true``, no step of a group starts after one failed.
+With the template's ``failFast: true``, no step of a group starts after one failed. A
+group's steps start through the one scheduling loop (``flows.local.nodes.schedule``).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from hera.workflows import DAG, Container, Workflow  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from flows.local.runner import LocalRunner  # noqa: E402
+from flows.local.workflow import LocalRunner  # noqa: E402
 
 
 def step_seconds(task_dir: Path) -> tuple[float, float] | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from flows.local.runner import LocalRunner
+from flows.local.workflow import LocalRunner
 
 EXAMPLES = Path(__file__).parent / "argo_examples"
 

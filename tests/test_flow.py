@@ -20,8 +20,8 @@ import yaml
 
 from flows import cli
 from flows.cifar import build_cron_workflow, build_submission, build_template
-from flows.local.expressions import environment, evaluate, render
-from flows.local.resolve import resolve
+from flows.local.expr.evaluate import environment, evaluate, render
+from flows.local.template_ref import resolve
 from flows.manifests import pytorchjob, trainjob
 from flows.manifests.names import FlowError
 from flows.manifests.pod import config_args, pod_env
@@ -546,7 +546,7 @@ def test_every_render_passes_the_strict_schema_check(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_the_local_runner_accepts_the_workflow(path: Path) -> None:
     """The submission joined with its WorkflowTemplate, as the local runner joins them."""
-    checks = pytest.importorskip("flows.local.checks")
+    checks = pytest.importorskip("flows.local.checks.fields")
     assert checks.unsupported(joined(load_config(path))) == []
 
 

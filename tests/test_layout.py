@@ -4,6 +4,7 @@ docs/architecture.md's Layout and the architecture's import diagram say what the
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -70,11 +71,12 @@ def test_the_checker_finds_a_broken_rule(rule, tmp_path: Path) -> None:
     assert any(words in line for line in found), found
 
 
-def layout_tree(text: str) -> dict[str, str]:
-    """A Layout tree (the README's, docs/architecture.md's) as {path: description}: two
-    spaces of indent per level; a line indented deeper than one level below the entry
-    before it continues that entry's description."""
-    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+def layout_tree(text: str, heading: str = "## Layout") -> dict[str, str]:
+    """The first tree under ``heading`` (the README's Layout, docs/architecture.md's, its
+    flows/local under "Local runs") as {path: description}: two spaces of indent per level;
+    a line indented deeper than one level below the entry before it continues that entry's
+    description."""
+    block = text.split(heading, 1)[1].split("```", 2)[1]
     tree: dict[str, str] = {}
     stack: list[str] = []
     for line in block.splitlines():
@@ -195,3 +197,67 @@ def test_every_module_stays_near_300_lines() -> None:
         if (lines := len(path.read_text().splitlines())) > 330
     }
     assert long == {}
+
+
+LOCAL = REPO_ROOT / "flows" / "local"
+
+
+def test_the_architecture_lists_every_local_runner_module() -> None:
+    """docs/architecture.md's tree of flows/local ("Local runs") is the code's: every
+    module listed, and nothing listed that is gone."""
+    tree = layout_tree((REPO_ROOT / "docs" / "architecture.md").read_text(), "## Local runs")
+    listed = {path for path in tree if path.endswith(".py")}
+    present = {
+        str(path.relative_to(REPO_ROOT))
+        for path in LOCAL.rglob("*.py")
+        if path.name != "__init__.py"
+    }
+    assert listed == present
+
+
+def declared_stubs(source: str, module: str) -> list[str]:
+    """Attributes a class declares with a type and no value, outside a dataclass: a
+    mixin's promise that another class in its hierarchy holds them (``_run_task:
+    Callable``), a call the import graph cannot show."""
+    stubs = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        decorators = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
+        if decorators & {"dataclass", "dataclasses.dataclass"}:
+            continue
+        bases = {ast.unparse(b) for b in node.bases}
+        if bases & {"Protocol", "typing.Protocol", "NamedTuple", "TypedDict"}:
+            continue
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and item.value is None:
+                stubs.append(f"{module}.{node.name}.{ast.unparse(item.target)}")
+    return stubs
+
+
+def test_no_local_runner_class_declares_what_another_holds() -> None:
+    """The local runner passes its run state to plain functions (flows/local/state.py),
+    no mixins calling each other through declared stubs."""
+    stubs = [
+        stub
+        for path in sorted(LOCAL.rglob("*.py"))
+        for stub in declared_stubs(path.read_text(), str(path.relative_to(REPO_ROOT)))
+    ]
+    assert stubs == []
+
+
+def test_the_stub_check_finds_a_mixin() -> None:
+    mixin = "class Steps:\n    tasks: dict\n    _run_task: Callable[..., None]\n"
+    assert declared_stubs(mixin, "m") == ["m.Steps.tasks", "m.Steps._run_task"]
+    held = "@dataclass\nclass State:\n    tasks: dict\n"
+    assert declared_stubs(held, "m") == []
+
+
+def test_the_local_runner_has_one_scheduling_loop() -> None:
+    """Nodes start on threads in one place (flows/local/nodes/schedule.py)."""
+    pools = [
+        str(path.relative_to(REPO_ROOT))
+        for path in sorted(LOCAL.rglob("*.py"))
+        if "ThreadPoolExecutor(" in path.read_text()
+    ]
+    assert pools == ["flows/local/nodes/schedule.py"]

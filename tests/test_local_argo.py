@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from flows.local.checks import UnsupportedFeature
-from flows.local.runner import LocalRunner
+from flows.local.errors import UnsupportedFeature
+from flows.local.workflow import LocalRunner
 from tests.local_examples import EXAMPLES, run, states
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.local.checks import UnsupportedFeature
-from flows.local.runner import LocalRunner
+from flows.local.errors import ExpressionError, UnsupportedFeature
+from flows.local.substitution import substitute
+from flows.local.workflow import LocalRunner
 from tests.local_examples import example, run, states
 from tests.test_local_steps import sh, steps_workflow
 
@@ -272,3 +273,75 @@ def test_dag_coinflip_recurses_on_tails(tmp_path: Path) -> None:
     assert got["A[1].tails[1].tails"] == "Skipped"
     for task in "BCD":
         assert (got[f"{task}[1].heads"], got[f"{task}[1].tails"]) == ("Succeeded", "Skipped")
+
+
+@pytest.mark.parametrize(("should_print", "phase"), [("true", "Succeeded"), ("false", "Skipped")])
+def test_conditionals_reads_the_parameters_as_json(
+    tmp_path: Path, should_print: str, phase: str
+) -> None:
+    """examples/conditionals.yaml: the govaluate ``when``, the expr one and the one over
+    ``jsonpath(workflow.parameters.json, '$[0].value')`` agree (Argo's e2e
+    test/e2e/functional_test.go TestWhenExpressions runs it and expects no step Skipped).
+    ``workflow.parameters.json`` is all the workflow's arguments as JSON, set among the
+    globals by argo-workflows v4.0.5 workflow/controller/operator.go; without it the tag had
+    a variable out of scope, which Argo leaves unresolved in a global substitution
+    (util/template/expression_template.go ``expressionReplaceStrict``, ``allowUnresolved``)
+    rather than failing on it. The argosay steps' ``cowsay hello`` is ``echo`` here."""
+    manifest = example("conditionals")
+    for template in manifest["spec"]["templates"]:
+        if "container" in template:
+            template["container"]["args"] = ["echo hello"]
+    runner, result = run(tmp_path, manifest, parameters={"should-print": should_print})
+    assert runner.globals["workflow.parameters.json"] == (
+        f'[{{"name":"should-print","value":"{should_print}"}}]'
+    )
+    assert result.status == "Succeeded"
+    assert states(result) == {
+        "[0].print-hello-govaluate": phase, "[0].print-hello-expr": phase,
+        "[0].print-hello-expr-json": phase,
+    }  # fmt: skip
+
+
+UNRESOLVED = [  # (tag, scope, left as written?): Argo v4.0.5 expressionReplaceStrict
+    # a variable out of scope and a failure: left unresolved (allowUnresolved)
+    ("{{=jsonpath(workflow.parameters.nope, '$[0].value') == 'true'}}", {}, True),
+    ("{{=workflow.parameters.nope}}", {}, True),  # nil, with a variable out of scope
+    ("{{=nobody.here}}", {}, True),  # a name nothing defines
+    # out of scope but evaluated without failing: written, as Argo writes it
+    ("{{=workflow.parameters.nope == 'x'}}", {"workflow.parameters.p": "1"}, False),
+    # a missing tasks.* or steps.* is strict (ReplaceStrict(..., ["tasks", "steps"])): fails
+    ("{{=jsonpath(tasks.a.outputs.result, '$') == 'x'}}", {}, None),
+    # every variable in scope and a failure: an Error, as before
+    ("{{=asInt(workflow.parameters.p) + 'a'}}", {"workflow.parameters.p": "1"}, None),
+]
+
+
+@pytest.mark.parametrize(("tag", "scope", "left"), UNRESOLVED)
+def test_a_tag_whose_variables_are_out_of_scope_is_left_unresolved(
+    tag: str, scope: dict[str, str], left: bool | None
+) -> None:
+    """Argo leaves a ``{{=...}}`` tag whose variables are not in scope unresolved rather
+    than failing (argo-workflows v4.0.5 util/template/expression_template.go
+    ``expressionReplaceStrict``, ``allowUnresolved``); a missing ``tasks.``/``steps.``
+    variable, or a failure with all of them in scope, fails."""
+    scope = {"workflow.name": "wf", **scope}
+    if left is None:
+        with pytest.raises(ExpressionError, match="expression"):
+            substitute(tag, scope)
+    elif left:
+        assert substitute(f"a {tag} b", scope) == f"a {tag} b"
+    else:
+        assert substitute(tag, scope) == "false"
+
+
+def test_a_when_left_unresolved_is_an_error_as_argo_refuses_it(tmp_path: Path) -> None:
+    """The tag stays in the ``when``, which is then no expression govaluate reads (Argo's
+    ``shouldExecute``: "Invalid 'when' expression"): the step is an Error, the rest runs."""
+    when = "{{=jsonpath(workflow.parameters.nope, '$[0].value') == 'true'}}"
+    manifest = steps_workflow(
+        [[{"name": "maybe", "template": "hi", "when": when}, {"name": "sure", "template": "hi"}]],
+        [sh("hi", "echo hi")],
+    )
+    _, result = run(tmp_path, manifest)
+    assert states(result) == {"[0].maybe": "Error", "[0].sure": "Succeeded"}
+    assert result.tasks["[0].maybe"].message.startswith(f"invalid 'when' expression {when!r}")

@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from flows.local.checks import substitute, unsupported
-from flows.local.conditions import depends_logic, depends_true, task_results
-from flows.local.expressions import ExpressionError, environment, evaluate, render
-from flows.local.runner import LocalRunner
-from flows.local.when import when_true
+from flows.local.checks.fields import unsupported
+from flows.local.conditions.depends import depends_logic, depends_true, task_results
+from flows.local.conditions.when import when_true
+from flows.local.errors import ExpressionError
+from flows.local.expr.evaluate import environment, evaluate, render
+from flows.local.substitution import substitute
+from flows.local.workflow import LocalRunner
 from tests.local_examples import EXAMPLES, states
 
 WEATHER = '{"weekWeather": "eyJ0ZW1wcyI6IFszNCwgMjcsIDE1LCA1NywgNDZdfQo="}'
@@ -132,7 +134,9 @@ def test_a_multi_line_expression_of_argo_examples_reusing_verbose_snippets() -> 
     [
         ("asInt('x')", r"invalid operation: int\(x\)"),
         ("'a' + 1", "invalid operation: string \\+ int"),
-        ("nobody.here", "unknown name nobody"),
+        # a missing name outside tasks.* / steps.* is left unresolved, as Argo leaves it
+        # (tests/test_local_conditionals.py UNRESOLVED); under steps.* it fails by name
+        ("steps.nobody.here", "unknown name steps"),
         ("1 +", "unexpected the end"),
         ("1 and true", "non-bool int in and"),
         ("sprig.trunc('16', 'abc')", "a string, not int"),

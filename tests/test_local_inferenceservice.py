@@ -19,10 +19,11 @@ import pytest
 import yaml
 from rich.console import Console
 
-from flows.local.checks import UnsupportedFeature, unsupported
-from flows.local.runner import LocalRunner
-from flows.local.services import rewrite_args
+from flows.local.checks.fields import unsupported
+from flows.local.errors import UnsupportedFeature
+from flows.local.pods.services import rewrite_args
 from flows.local.view import print_summary
+from flows.local.workflow import LocalRunner
 from tests.local_examples import run, states
 
 API = "serving.kserve.io/v1beta1"

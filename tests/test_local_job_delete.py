@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from flows.local.checks import UnsupportedFeature, unsupported
-from flows.local.runner import LocalRunner
+from flows.local.checks.fields import unsupported
+from flows.local.errors import UnsupportedFeature
+from flows.local.workflow import LocalRunner
 
 SELECTOR = "workflows.argoproj.io/workflow={{workflow.name}}"
 DELETABLE = "pytorchjobs.kubeflow.org"

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from flows.local.checks import UnsupportedFeature
-from flows.local.loops import aggregate, item_scope, node_name, sequence
+from flows.local.errors import UnsupportedFeature
+from flows.local.nodes.loops import aggregate, item_scope, node_name, sequence
 from flows.local.records import TaskRecord, TaskState, file_name
-from flows.local.runner import LocalRunner
+from flows.local.workflow import LocalRunner
 from tests.local_examples import example, run, states
 
 

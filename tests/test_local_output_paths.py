@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flows.local.output_paths import OutputPaths
+from flows.local.pods.output_paths import OutputPaths
 from tests.cifar_files import write_cifar_tarball
 from tests.local_examples import EXAMPLES, run, states
 

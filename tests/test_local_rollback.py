@@ -20,8 +20,8 @@ from mlflow.tracking import MlflowClient
 
 from flows.cifar import build_submission, build_template
 from flows.cli import localize
-from flows.local.handlers import ProcessSpec, SubprocessHandler
-from flows.local.runner import LocalRunner
+from flows.local.pods.processes import ProcessSpec, SubprocessHandler
+from flows.local.workflow import LocalRunner
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT, S3Bucket
 from tests.mlflow_server import MLflowServer

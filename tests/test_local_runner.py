@@ -17,9 +17,11 @@ import yaml
 from hera.workflows import DAG, Container, Parameter, Resource, Workflow
 from hera.workflows import models as m
 
-from flows.local.checks import UnsupportedFeature, substitute, unsupported
+from flows.local.checks.fields import unsupported
+from flows.local.errors import UnsupportedFeature
 from flows.local.records import TaskState
-from flows.local.runner import LocalRunner
+from flows.local.substitution import substitute
+from flows.local.workflow import LocalRunner
 from tests.conftest import REPO_ROOT
 
 OUT = m.ValueFrom(path="/tmp/outputs/value")
@@ -355,7 +357,7 @@ def test_ctrl_c_stops_the_task_runs_the_exit_handler_and_leaves_a_resumable_run(
         import sys
         from pathlib import Path
         from hera.workflows import DAG, Container, Workflow
-        from flows.local.runner import LocalRunner
+        from flows.local.workflow import LocalRunner
         with Workflow(name="interrupted", entrypoint="main", on_exit="finally") as w:
             status = "echo {{{{workflow.status}}}} > {tmp_path}/status"
             Container(name="finally", image="i:1", command=["sh", "-c", status])
@@ -387,7 +389,7 @@ class BrokenHandler:
     """A task handler with a bug for one template: the runner must not die of it."""
 
     def __init__(self, broken: str) -> None:
-        from flows.local.handlers import SubprocessHandler
+        from flows.local.pods.processes import SubprocessHandler
 
         self.inner, self.broken = SubprocessHandler(), broken
 

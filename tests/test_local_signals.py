@@ -138,7 +138,7 @@ def test_a_second_signal_ends_the_exit_handler_at_once(tmp_path: Path) -> None:
 
 
 def test_previous_signal_handlers_are_restored(tmp_path: Path) -> None:
-    from flows.local.runner import LocalRunner
+    from flows.local.workflow import LocalRunner
 
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     manifest = {
@@ -177,7 +177,7 @@ def test_close_run_reads_a_stop_from_workflow_failures(failures: str, stopped: b
 @pytest.mark.slow
 def test_sigterm_during_train_of_the_smoke_pipeline(pipeline) -> None:  # noqa: F811
     """The real pipeline: torchrun and both ranks gone, the MLflow run KILLED, resumable."""
-    from flows.local.handlers import descendants
+    from flows.local.pods.processes import descendants
 
     args, env, cwd, mlflow = pipeline
     process = subprocess.Popen(

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from flows.local.checks import UnsupportedFeature
-from flows.local.runner import LocalRunner
+from flows.local.errors import UnsupportedFeature
 from flows.local.view import print_summary
+from flows.local.workflow import LocalRunner
 from tests.local_examples import example, run, states
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from flows.local.checks import UnsupportedFeature
-from flows.local.runner import LocalRunner
+from flows.local.errors import UnsupportedFeature
+from flows.local.workflow import LocalRunner
 
 
 def template(tmp_path: Path) -> dict[str, Any]:
@@ -173,7 +173,8 @@ def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path
     """flows/cifar.py's memoize key hashes the data-source parameter with Sprig, and
     flows/train_step.py's multi-node job counts Workers as {{=asInt(nodes) - 1}}."""
     from flows.cifar import build_submission, build_template
-    from flows.local.checks import substitute
+    from flows.local.nodes.node import scope_of
+    from flows.local.substitution import substitute
     from steps.common.config import REPO_ROOT, load_config
 
     cfg = load_config(REPO_ROOT / "configs" / "smoke.yaml")
@@ -184,8 +185,8 @@ def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path
         workflow_templates=[build_template(cfg).to_dict()],
         parameters=values,
     )
-    scope = runner._scope(
-        {f"inputs.parameters.{n}": n for n in ("dataset-uri", "model-uri", "run-id")}
+    scope = scope_of(
+        runner.state, {f"inputs.parameters.{n}": n for n in ("dataset-uri", "model-uri", "run-id")}
     )
     key = substitute(runner.templates["stage"]["memoize"]["key"], scope)
     assert key.endswith("-" + hashlib.sha256(b"synthetic:64").hexdigest()[:16])
@@ -246,9 +247,9 @@ def test_the_runner_accepts_the_pipeline_template_of_every_config(
     """What a local run executes (the Workflow of the WorkflowTemplate) passes every check:
     its {{=...}} expressions included."""
     from flows.cifar import build_submission, build_template
-    from flows.local.checks import unsupported
-    from flows.local.lint import lint
-    from flows.local.resolve import resolve
+    from flows.local.checks.fields import unsupported
+    from flows.local.checks.lint import lint
+    from flows.local.template_ref import resolve
     from steps.common.config import REPO_ROOT, load_config
 
     cfg = load_config(REPO_ROOT / "configs" / f"{config}.yaml", [f"train.launcher={launcher}"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from flows.local.retry import parse_duration
+from flows.local.durations import parse_duration
 
 
 def default_cache_dir() -> Path:

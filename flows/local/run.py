@@ -8,9 +8,9 @@ from typing import Any
 
 from rich.console import Console
 
-from flows.local.runner import LocalRunner
 from flows.local.signals import as_stop
 from flows.local.view import LiveView, print_summary
+from flows.local.workflow import LocalRunner
 
 
 def run_local(

@@ -16,7 +16,7 @@ from rich.table import Table
 from flows.local.records import RunResult, TaskRecord, TaskState, file_name
 
 if TYPE_CHECKING:
-    from flows.local.runner import LocalRunner
+    from flows.local.workflow import LocalRunner
 
 STYLE = {
     TaskState.PENDING: "dim",

@@ -5,7 +5,7 @@
   task.Daemoned)``, plus ``.Failed``/``.Errored`` where the task has ``continueOn``
   (``workflow/common/ancestry.go``); ``dependencies: [a, b]`` is ``a && b``. False: the task
   is Omitted.
-- ``when``: see ``flows.local.when``; false, the task is Skipped.
+- ``when``: see ``flows.local.conditions.when``; false, the task is Skipped.
 - The DAG's phase (``assessDAGPhase``): each leaf task's own phase when it ran, else the
   phase inherited from the tasks above it, Failed or Error winning; so a failure a
   ``depends`` handles does not fail the workflow.
@@ -17,7 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from flows.local.expr_syntax import ExpressionError
+from flows.local.errors import ExpressionError
+from flows.local.records import TaskRecord
 
 RESULTS = {"Succeeded", "Failed", "Errored", "Skipped", "Omitted", "Daemoned",
            "AnySucceeded", "AllFailed"}  # fmt: skip
@@ -182,3 +183,21 @@ def dag_phase(
             if fail_fast:
                 break
     return result
+
+
+def depends_says_run(
+    task: Mapping[str, Any],
+    by_name: Mapping[str, Mapping[str, Any]],
+    nodes: Mapping[str, TaskRecord],
+    loops: Mapping[str, list[TaskRecord]],
+) -> bool:
+    """Whether the finished dependencies (a loop's with its items' phases, for
+    ``.AnySucceeded`` and ``.AllFailed``) satisfy the task's ``depends``."""
+    logic = depends_logic(task, by_name)
+    if not logic:
+        return True
+    results = {
+        name: task_results(node.state.phase, [c.state.phase for c in loops.get(name, [])])
+        for name, node in nodes.items()
+    }
+    return depends_true(logic, results)

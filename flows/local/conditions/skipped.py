@@ -1,7 +1,7 @@
-"""What a DAG task or a step sees of the nodes before it, and whether it runs at all: the
-outputs of a Skipped or Omitted node (their ``valueFrom.default``, else absent:
-docs/variables.md, "Outputs of Skipped and Omitted Nodes"), its ``when``, and a DAG task's
-``depends`` over the finished tasks."""
+"""What a DAG task or a step sees of a Skipped or Omitted node before it: the outputs its
+template declares a ``valueFrom.default`` for, else absent (docs/variables.md, "Outputs of
+Skipped and Omitted Nodes"): an argument that only names an absent one is dropped, anything
+else that names it is an Error."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from flows.local.checks import UnsupportedFeature, substitute
-from flows.local.conditions import depends_logic, depends_true, task_results
-from flows.local.expr_syntax import ExpressionError
+from flows.local.errors import ExpressionError
 from flows.local.records import TaskRecord
-from flows.local.when import when_true
 
 PURE_REFERENCE = re.compile(
     r"\{\{\s*((?:tasks|steps)\.[\w-]+)\.outputs\.parameters\.([\w-]+)\s*\}\}"
@@ -53,33 +50,3 @@ def check_absent(value: str, scope: Mapping[str, str]) -> None:
                 f"{{{{{key}}}}} is an absent optional: {kind[:-1]} {name} was "
                 f"{phase} and its output declares no valueFrom.default"
             )
-
-
-def when_says_run(task: Mapping[str, Any], scope: Mapping[str, str]) -> tuple[bool, str]:
-    """(run?, the substituted ``when``); ``ExpressionError`` when it cannot be evaluated."""
-    when = task.get("when")
-    if when in (None, ""):
-        return True, ""
-    try:
-        text = substitute(str(when), scope)
-    except UnsupportedFeature as exc:  # a name with no value: Argo's Error, not a Failure
-        raise ExpressionError(f"when {when!r}: {exc}") from None
-    return when_true(text), text
-
-
-def depends_says_run(
-    task: Mapping[str, Any],
-    by_name: Mapping[str, Mapping[str, Any]],
-    nodes: Mapping[str, TaskRecord],
-    loops: Mapping[str, list[TaskRecord]],
-) -> bool:
-    """Whether the finished dependencies (a loop's with its items' phases, for
-    ``.AnySucceeded`` and ``.AllFailed``) satisfy the task's ``depends``."""
-    logic = depends_logic(task, by_name)
-    if not logic:
-        return True
-    results = {
-        name: task_results(node.state.phase, [c.state.phase for c in loops.get(name, [])])
-        for name, node in nodes.items()
-    }
-    return depends_true(logic, results)

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from flows.local.checks import UnsupportedFeature
+from flows.local.errors import UnsupportedFeature
 
 
 def resolve(

@@ -5,7 +5,7 @@ environment of its variables expanded into nested maps (``workflow.parameters.x`
 ``workflow["parameters"]["x"]``, ``util/expand``), plus ``asInt``, ``asFloat``,
 ``jsonpath``, ``toJson`` and ``sprig`` (``util/expr/env/env.go``). The result is written
 in as JSON with the outer quotes of a string dropped. Never Python's ``eval``: the tree of
-``flows.local.expr_syntax`` is walked by the functions below, with Go's rules for numbers
+``flows.local.expr.syntax`` is walked by the functions below, with Go's rules for numbers
 (``/`` always gives a float, ``%`` takes integers) and expr's for ``nil``, ``??`` and ``in``.
 """
 
@@ -16,7 +16,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flows.local.expr_functions import (
+from flows.local.errors import ExpressionError
+from flows.local.expr.functions import (
     BUILTINS,
     equal,
     go_json,
@@ -24,10 +25,10 @@ from flows.local.expr_functions import (
     truthy,
     type_name,
 )
-from flows.local.expr_sprig import SPRIG
-from flows.local.expr_syntax import ExpressionError, Node, parse
+from flows.local.expr.sprig import SPRIG
+from flows.local.expr.syntax import Node, parse
 
-__all__ = ["ExpressionError", "environment", "evaluate", "problems", "render"]
+__all__ = ["environment", "evaluate", "problems", "render"]
 
 
 def environment(scope: Mapping[str, str]) -> dict[str, Any]:

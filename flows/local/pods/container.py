@@ -1,16 +1,14 @@
-"""How one template becomes one local process, and how its outputs come back.
+"""A container template, or a PyTorchJob resource template, as one local process.
 
 A container template runs its own command and args as a subprocess; a PyTorchJob resource
 template runs its Master replica's ``pytorch`` container command with the ``PET_*``
 variables the Training Operator sets for one node. Paths a template declares for its
-outputs are moved to the task's directory (``flows.local.output_paths``).
+outputs are moved to the task's directory (``flows.local.pods.output_paths``).
 """
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 import sys
 import time
 from collections.abc import Mapping
@@ -19,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from flows.local.checks import UnsupportedFeature
-from flows.local.handlers import ProcessSpec
-from flows.local.output_paths import OutputPaths, missing_output
+from flows.local.errors import UnsupportedFeature
+from flows.local.pods.output_paths import OutputPaths
+from flows.local.pods.processes import ProcessSpec
 
 # steps.common.step_cli.OUTPUTS_ENV, not imported: the runner never imports step code
 OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
@@ -87,7 +85,7 @@ def container_process(
     template: Mapping[str, Any], task_dir: Path, cwd: Path, base_env: Mapping[str, str]
 ) -> ProcessSpec:
     """The container's command and args with its env; the paths in them that name a
-    declared output moved to the task's directory (``flows.local.output_paths``)."""
+    declared output moved to the task's directory (``flows.local.pods.output_paths``)."""
     container = template["container"]
     paths = OutputPaths.of(template, task_dir)
     argv = [paths.rewrite(a) for a in [*container.get("command", []), *container.get("args", [])]]
@@ -157,68 +155,3 @@ def pytorchjob_process(
         local_argv(argv), env, cwd, float(deadline) if deadline else _deadline(template)
     )
     return spec, named(job, "pytorchjob-")
-
-
-def json_path(document: Mapping[str, Any], path: str) -> str:
-    """A kubectl-style ``{.a.b}`` path (the subset Argo's resource outputs use)."""
-    match = re.fullmatch(r"\{?\.?([\w.-]*)\}?", path.strip())
-    if not match:
-        raise UnsupportedFeature(f"jsonPath {path!r}")
-    node: Any = document
-    for part in filter(None, match.group(1).split(".")):
-        if not isinstance(node, Mapping) or part not in node:
-            raise KeyError(path)
-        node = node[part]
-    return node if isinstance(node, str) else json.dumps(node)
-
-
-def read_outputs(
-    template: Mapping[str, Any],
-    path_map: Mapping[str, Path],
-    document: Mapping[str, Any] | None,
-    artifact_dir: Path,
-) -> dict[str, str]:
-    """Output parameters from the files (or the resource JSON) the template declares;
-    output artifacts copied to the run directory. ``path_map``: each declared path -> where
-    the task's process wrote it."""
-    values: dict[str, str] = {}
-    outputs = template.get("outputs", {})
-    for parameter in outputs.get("parameters", []):
-        source, name = parameter.get("valueFrom", {}), parameter["name"]
-        local = path_map.get(source["path"], Path(source["path"])) if "path" in source else None
-        try:
-            if local is not None:
-                text = local.read_text()
-                values[name] = text[:-1] if text.endswith("\n") else text
-            elif "jsonPath" in source and document is not None:
-                values[name] = json_path(document, source["jsonPath"])
-        except (OSError, KeyError):
-            if "default" in source:
-                values[name] = str(source["default"])
-            elif local is not None:
-                what = f"output parameter {name}"
-                raise FileNotFoundError(missing_output(what, source["path"], local)) from None
-            else:
-                raise FileNotFoundError(f"output parameter {name}: {source}") from None
-    for artifact in outputs.get("artifacts", []):
-        path = path_map.get(artifact["path"], Path(artifact["path"]))
-        if path.exists():
-            artifact_dir.mkdir(parents=True, exist_ok=True)
-            target = artifact_dir / path.name
-            (shutil.copytree if path.is_dir() else shutil.copyfile)(path, target)
-        elif not artifact.get("optional"):
-            what = f"output artifact {artifact['name']}"
-            raise FileNotFoundError(missing_output(what, artifact["path"], path))
-    return values
-
-
-def small_files(directory: Path) -> dict[str, str]:
-    """One-line text files of a directory (a step's output files), by name."""
-    values: dict[str, str] = {}
-    if directory.is_dir():
-        for path in sorted(directory.iterdir()):
-            if path.is_file() and path.stat().st_size <= 200:
-                text = path.read_text(errors="replace").strip()
-                if "\n" not in text:
-                    values[path.name] = text
-    return values

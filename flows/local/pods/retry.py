@@ -16,45 +16,27 @@ stdout that becomes ``outputs.result`` (workflow/executor ``CaptureScriptResult`
 - ``{{retries}}`` (the attempt, from 0) and ``{{lastRetry.exitCode|status|duration|message}}``
   (the attempt before: ``0``, empty, ``0``, empty for the first) in a template with a
   ``retryStrategy``, filled in per attempt as Argo's ``executeTemplate`` does.
-- durations: seconds or Go durations (``parse_duration``, memoize's ``maxAge`` too).
+- durations: seconds or Go durations (``flows.local.durations``).
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flows.local.checks import EXPRESSION, UnsupportedFeature
-from flows.local.expressions import ExpressionError, environment, evaluate
+from flows.local.durations import parse_duration
+from flows.local.errors import ExpressionError
+from flows.local.expr.evaluate import environment, evaluate
 from flows.local.records import TaskRecord
+from flows.local.substitution import EXPRESSION
 
 RESULT_BYTES = 256 * 1024  # Argo keeps the last 256 kB of a result
 RETRY_VARIABLES = (
     "retries", "lastRetry.exitCode", "lastRetry.status", "lastRetry.duration", "lastRetry.message",
 )  # fmt: skip
-
-
-DURATION_UNITS = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400,
-}  # fmt: skip
-DURATION_PART = r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d)"
-
-
-def parse_duration(text: str | int | float) -> float:
-    """Seconds of an Argo duration: a number of seconds (``30``) or a Go duration
-    (``30s``, ``1m30s``, ``500ms``, ``2h``); ``1d`` too, as memoize's maxAge takes it."""
-    value = str(text).strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", value):
-        return float(value)
-    if not value or not re.fullmatch(f"(?:{DURATION_PART})+", value):
-        raise UnsupportedFeature(
-            f"duration {text!r} (use seconds or a Go duration such as 30s, 1m30s, 500ms)"
-        )
-    return sum(float(n) * DURATION_UNITS[u] for n, u in re.findall(DURATION_PART, value))
 
 
 def retry_placeholders(template: dict[str, Any]) -> dict[str, str]:

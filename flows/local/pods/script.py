@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from flows.local.checks import UnsupportedFeature, script_interpreter_problem
-from flows.local.handlers import ProcessSpec
-from flows.local.output_paths import OutputPaths
-from flows.local.tasks import container_process
+from flows.local.checks.fields import script_interpreter_problem
+from flows.local.errors import UnsupportedFeature
+from flows.local.pods.container import container_process
+from flows.local.pods.output_paths import OutputPaths
+from flows.local.pods.processes import ProcessSpec
 
 
 def script_process(

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flows.local.checks import UnsupportedFeature
-from flows.local.handlers import ProcessSpec, SubprocessHandler
+from flows.local.errors import UnsupportedFeature
+from flows.local.pods.container import container_env, free_port, local_argv, named
+from flows.local.pods.processes import ProcessSpec, SubprocessHandler
 from flows.local.signals import STOP_SIGNALS
-from flows.local.tasks import container_env, free_port, local_argv, named
 
 DEFAULT_READY_S = 600.0
 POLL_S = 0.1  # between readiness probes: a local server is ready in well under a second

@@ -17,14 +17,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from flows.local.checks import substitute, substitute_all
+from flows.local.errors import LoopError
 from flows.local.records import TaskRecord, TaskState
+from flows.local.substitution import substitute, substitute_all
 
 LOOP_FIELDS = ("withItems", "withParam", "withSequence")
-
-
-class LoopError(ValueError):
-    """A loop that cannot be expanded (Argo marks its node Error)."""
 
 
 def is_loop(task: Mapping[str, Any]) -> bool:

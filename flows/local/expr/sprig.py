@@ -13,8 +13,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from flows.local.expr_functions import equal, go_format, go_json, is_number, type_name
-from flows.local.expr_syntax import ExpressionError
+from flows.local.errors import ExpressionError
+from flows.local.expr.functions import equal, go_format, go_json, is_number, type_name
 
 
 def _cast(value: Any, kind: type, parse: Callable[[str], Any]) -> Any:

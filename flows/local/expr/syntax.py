@@ -1,5 +1,5 @@
 """The syntax of Argo's ``{{=...}}`` expressions: the part of expr-lang (https://expr-lang.org)
-a workflow uses, parsed into a small tree that ``flows.local.expressions`` evaluates.
+a workflow uses, parsed into a small tree that ``flows.local.expr.evaluate`` evaluates.
 
 Precedence and associativity are expr's own (``parser/operator/operator.go``): ``??`` 500,
 ``**`` 100 (right), ``* / %`` 60, ``+ -`` 30, ``..`` 25, comparisons and ``in``/``matches``/
@@ -13,10 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-
-class ExpressionError(ValueError):
-    """An expression that does not parse, names what is not there, or fails to evaluate."""
-
+from flows.local.errors import ExpressionError
 
 BINARY = {
     "or": 10, "||": 10, "and": 15, "&&": 15,

@@ -1,4 +1,5 @@
-"""What the local runner understands of an Argo Workflow, and Argo's ``{{...}}`` expressions.
+"""What the local runner understands of an Argo Workflow: the fields and ``{{...}}`` tags it
+implements, the fields it accepts with no local effect, and the rest refused by name.
 
 The runner is for one machine, not an engine: before it starts anything it walks the
 manifest and refuses, by name, every field and expression it does not implement. Fields
@@ -10,18 +11,16 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from flows.local.conditions import depends_problems
-from flows.local.expressions import ExpressionError, environment, evaluate, render
-from flows.local.expressions import problems as expression_problems
-from flows.local.resource_checks import resource_problems
+from flows.local.checks.resources import resource_problems
+from flows.local.conditions.depends import depends_problems
+from flows.local.expr.evaluate import problems as expression_problems
+from flows.local.nodes.loops import LOOP_FIELDS
+from flows.local.substitution import EXPRESSION, expressions
 
-# A simple tag {{name}}, or an expression tag {{=expr}} that, as in Argo's templates, ends
-# at the first "}}" (it may hold braces and span lines).
-EXPRESSION = re.compile(r"\{\{\s*(=[\s\S]*?|[^{}]*?)\s*\}\}")
 SUPPORTED_EXPRESSIONS = (
     re.compile(r"inputs\.parameters\.[\w-]+"),
     re.compile(r"(tasks|steps)\.[\w-]+\.outputs\.(result|parameters(\.[\w-]+)?)"),
@@ -34,7 +33,6 @@ SUPPORTED_EXPRESSIONS = (
 )
 RETRY_EXPRESSION = SUPPORTED_EXPRESSIONS[-1]  # only in a pod's template with a retryStrategy
 ITEM_EXPRESSION = re.compile(r"item(\.[\w-]+)?")  # only in a looping task or step
-LOOP_FIELDS = ("withItems", "withParam", "withSequence")
 LOCAL_INTERPRETERS = re.compile(r"python(3(\.\d+)?)?|sh|bash")
 
 # Per part of the manifest: fields implemented, and fields accepted with no local effect.
@@ -71,56 +69,6 @@ BACKOFF_FIELDS = {"duration", "factor", "cap", "maxDuration"}
 PARAMETER_FIELDS = {"name", "value", "default", "valueFrom", "globalName", "description", "enum"}
 OUTPUT_ARTIFACT_FIELDS = {"name", "path", "archive", "globalName", "optional"}
 OUTPUT_ARTIFACT_IGNORED = {"artifactGC"}  # when the repository deletes it: none here
-
-
-class UnsupportedFeature(ValueError):
-    """The workflow uses something the local runner does not implement."""
-
-
-def expressions(node: Any) -> Iterator[str]:
-    """Every ``{{...}}`` expression in a nested structure of dicts, lists and strings."""
-    if isinstance(node, str):
-        yield from EXPRESSION.findall(node)
-    elif isinstance(node, Mapping):
-        for value in node.values():
-            yield from expressions(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from expressions(value)
-
-
-def substitute(text: str, scope: Mapping[str, str]) -> str:
-    """Replace each ``{{name}}`` with ``scope[name]``, as Argo does for parameters."""
-
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name.startswith("="):
-            return evaluate_tag(name[1:], scope)
-        if name not in scope:
-            raise UnsupportedFeature(f"expression {{{{{name}}}}} has no value here")
-        return scope[name]
-
-    return EXPRESSION.sub(replace, text)
-
-
-def evaluate_tag(text: str, scope: Mapping[str, str]) -> str:
-    """An expression tag's text in place, as Argo writes it; a failure names the tag."""
-    try:
-        return render(evaluate(text, environment(scope)))
-    except ExpressionError as exc:
-        raise ExpressionError(f"expression {{{{={text}}}}}: {exc}") from None
-    except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as exc:
-        raise ExpressionError(f"expression {{{{={text}}}}}: {exc}") from None
-
-
-def substitute_all(node: Any, scope: Mapping[str, str]) -> Any:
-    if isinstance(node, str):
-        return substitute(node, scope)
-    if isinstance(node, Mapping):
-        return {key: substitute_all(value, scope) for key, value in node.items()}
-    if isinstance(node, list):
-        return [substitute_all(value, scope) for value in node]
-    return node
 
 
 def _extra(where: str, found: Mapping[str, Any], *allowed: set[str]) -> list[str]:

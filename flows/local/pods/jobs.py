@@ -1,8 +1,8 @@
-"""Resource templates as local processes: a PyTorchJob (``flows.local.tasks``) or a
+"""Resource templates as local processes: a PyTorchJob (``flows.local.pods.container``) or a
 Kubeflow Trainer v2 TrainJob as one ``torchrun``, the manifest inline or from an input
 artifact's ``raw.data`` (``resource.manifestFrom.artifact``); and the exit handler's
 delete of that job, which locally has nothing left to delete. A KServe InferenceService's
-apply or delete is a ``ServiceSpec`` for the run's services (``flows.local.services``)."""
+apply or delete is a ``ServiceSpec`` for the run's services (``flows.local.pods.services``)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ from typing import Any
 
 import yaml
 
-from flows.local.checks import UnsupportedFeature
-from flows.local.handlers import ProcessSpec
-from flows.local.resource_checks import INFERENCESERVICE_API, service_delete_name
-from flows.local.services import ServiceSpec, service_process
-from flows.local.tasks import (
+from flows.local.checks.resources import INFERENCESERVICE_API, service_delete_name
+from flows.local.errors import UnsupportedFeature
+from flows.local.pods.container import (
     container_env,
     free_port,
     local_argv,
@@ -26,6 +24,8 @@ from flows.local.tasks import (
     pytorchjob_process,
     single_node_env,
 )
+from flows.local.pods.processes import ProcessSpec
+from flows.local.pods.services import ServiceSpec, service_process
 
 TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
 
@@ -68,7 +68,7 @@ def resource_process(
 def delete_process(template: Mapping[str, Any], cwd: Path, env: Mapping[str, str]) -> ProcessSpec:
     """``kubectl delete --ignore-not-found <job resource> --selector <workflow label>`` as
     Argo runs it, here: the run's job was a torchrun process that has ended, so the delete
-    finds nothing and succeeds, as ``--ignore-not-found`` does (resource_checks.delete_problems
+    finds nothing and succeeds, as ``--ignore-not-found`` does (checks.resources.delete_problems
     refuses any other delete up front)."""
     what = " ".join(template["resource"]["flags"])
     message = f"delete {what}: nothing to delete (a local job ends with its torchrun)"

@@ -7,9 +7,11 @@ expression; ``x in (a, b)``; ``? :`` and ``??``."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from flows.local.expr_syntax import ExpressionError
+from flows.local.errors import ExpressionError, UnsupportedFeature
+from flows.local.substitution import substitute
 
 WHEN_TOKEN = re.compile(
     r"""\s*(?:(?P<number>\d+(?:\.\d+)?(?![\w.]))
@@ -146,3 +148,15 @@ def _govaluate_text(value: Any) -> str:
     if isinstance(value, float) and value == int(value):
         return str(int(value))
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def when_says_run(task: Mapping[str, Any], scope: Mapping[str, str]) -> tuple[bool, str]:
+    """(run?, the substituted ``when``); ``ExpressionError`` when it cannot be evaluated."""
+    when = task.get("when")
+    if when in (None, ""):
+        return True, ""
+    try:
+        text = substitute(str(when), scope)
+    except UnsupportedFeature as exc:  # a name with no value: Argo's Error, not a Failure
+        raise ExpressionError(f"when {when!r}: {exc}") from None
+    return when_true(text), text

@@ -1,7 +1,7 @@
 """Run an Argo Workflow (the Hera object ``--render`` prints) on this machine.
 
-DAG tasks start in dependency order (independent ones side by side), each template as a
-local process (see ``flows.local.tasks``), parameters substituted as Argo would, output
+DAG tasks start in dependency order (independent ones side by side), each pod's template as
+a local process (``flows.local.pods``), parameters substituted as Argo would, output
 parameters read from the files the templates declare, retries and deadlines honoured,
 memoized templates served from a local cache, and the exit handler run at the end
 whatever happened. The run directory ``runs/<workflow name>/`` keeps each task's log and
@@ -16,27 +16,27 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from flows.local.checks import UnsupportedFeature, unsupported
-from flows.local.dag import DagExecution
-from flows.local.execute import TaskExecution
-from flows.local.handlers import SubprocessHandler, TaskHandler
-from flows.local.lint import lint
+from flows.local.checks.fields import unsupported
+from flows.local.checks.lint import lint
+from flows.local.checks.resources import serves
+from flows.local.errors import UnsupportedFeature
 from flows.local.memo import MemoCache, default_cache_dir
+from flows.local.nodes.node import run_node
+from flows.local.pods.processes import SubprocessHandler, TaskHandler
 from flows.local.records import RunResult, TaskRecord, TaskState
-from flows.local.resolve import resolve
-from flows.local.resource_checks import serves
-from flows.local.services import LocalServices
 from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
-from flows.local.steps import StepsExecution
+from flows.local.state import RunState
+from flows.local.template_ref import resolve
 
 
-class LocalRunner(DagExecution, StepsExecution, TaskExecution):
-    """Executes one workflow manifest; ``handler`` starts the processes (swappable in tests)."""
+class LocalRunner:
+    """Executes one workflow manifest; ``handler`` starts the processes (swappable in tests).
+    Its run's state (``state``: records, globals, lock, handler, stop events) goes to the
+    functions that run the nodes, ``flows.local.nodes.node.run_node`` first."""
 
     def __init__(
         self,
@@ -57,31 +57,45 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
         if problems:
             raise UnsupportedFeature("the local runner does not implement: " + "; ".join(problems))
         self.manifest = manifest
-        self._manifest_json: str | None = None
         spec = manifest["spec"]
         self.templates = {t["name"]: t for t in spec["templates"]}
         self.name = manifest["metadata"].get("name") or (
             manifest["metadata"].get("generateName", "workflow-") + uuid.uuid4().hex[:5]
         )
         self.run_dir = Path(runs_dir) / self.name
-        self.handler = handler or SubprocessHandler()
-        self.services = LocalServices()  # InferenceServices: up until the run ends
-        self.memo = MemoCache(cache_dir or default_cache_dir())
-        self.cwd = cwd or Path.cwd()
-        self.env = dict(os.environ if env is None else env)
         self.on_change = on_change or (lambda runner: None)
-        self.sleep = sleep
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-        self.globals: dict[str, str] = {
+        limit = spec.get("parallelism")
+        self.state = RunState(
+            name=self.name,
+            manifest=manifest,
+            run_dir=self.run_dir,
+            templates=self.templates,
+            globals={},
+            records={},
+            handler=handler or SubprocessHandler(),
+            memo=MemoCache(cache_dir or default_cache_dir()),
+            cwd=cwd or Path.cwd(),
+            env=dict(os.environ if env is None else env),
+            on_change=lambda: self.on_change(self),
+            sleep=sleep,
+            pod_slots=threading.BoundedSemaphore(int(limit)) if limit else None,
+        )
+        self.globals = self.state.globals
+        self.tasks = self.state.records  # every node by its key
+        self.services = self.state.services  # InferenceServices: up until the run ends
+        self.kept = self.state.kept  # nodes a resumed run keeps from the earlier one
+        self.globals.update({
             "workflow.name": self.name,
             "workflow.namespace": manifest["metadata"].get("namespace", "local"),
             "workflow.uid": str(uuid.uuid4()),
             "workflow.creationTimestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
             "workflow.status": "Running",
-        }
-        for parameter in spec.get("arguments", {}).get("parameters", []):
+        })  # fmt: skip
+        arguments = spec.get("arguments", {}).get("parameters", [])
+        # all of them as one JSON string, before a parameter named "json" may replace it
+        self.globals["workflow.parameters.json"] = parameters_json(arguments)
+        for parameter in arguments:
             self.globals[f"workflow.parameters.{parameter['name']}"] = str(
                 parameter.get("value", "")
             )
@@ -94,44 +108,21 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
         }
         composite = "dag" in entry or "steps" in entry
         self.root = TaskRecord("" if composite else self.name, spec["entrypoint"])
-        limit = spec.get("parallelism")
-        self.pod_slots = threading.BoundedSemaphore(int(limit)) if limit else None
         deadline = spec.get("activeDeadlineSeconds")
         self.deadline_s = float(deadline) if deadline not in (None, "") else None
-        self.deadline_passed = threading.Event()
-        self.kept: set[str] = set()  # nodes a resumed run keeps from the earlier one
         # the entry DAG's tasks show as Pending from the start; other nodes as they are made
         tasks = entry.get("dag", {}).get("tasks", [])
-        self.tasks = {t["name"]: TaskRecord(t["name"], t["template"]) for t in tasks}
+        self.tasks.update({t["name"]: TaskRecord(t["name"], t["template"]) for t in tasks})
         if not composite:
             self.tasks[self.name] = self.root
         exit_name = spec.get("onExit")
-        self.exit_task = TaskRecord("onExit", exit_name) if exit_name else None
+        self.exit_task = self.state.exit_task = (
+            TaskRecord("onExit", exit_name) if exit_name else None
+        )
         self.started = time.time()
 
-    # --- state on disk -------------------------------------------------------------------
     def save_state(self) -> None:
-        with self.lock:  # nodes finish on their own threads
-            self._save_state()
-
-    def _save_state(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        records = {n: _saved(t) for n, t in list(self.tasks.items())}
-        state = {
-            "name": self.name,
-            "globals": dict(self.globals),
-            "tasks": records,
-            "exit_handler": _saved(self.exit_task) if self.exit_task else None,
-            "services": self.services.describe(),
-        }
-        # the manifest never changes: encoded once, it leads the state as if dumped with it
-        if self._manifest_json is None:
-            self._manifest_json = json.dumps(self.manifest, indent=2, default=str)
-        text = json.dumps(state, indent=2, default=str)
-        manifest = self._manifest_json.replace("\n", "\n  ")
-        tmp = self.run_dir / "state.json.tmp"
-        tmp.write_text(f'{{\n  "manifest": {manifest},\n{text[2:]}')
-        tmp.replace(self.run_dir / "state.json")
+        self.state.save()
 
     @classmethod
     def resume(cls, run_dir: Path, **kwargs: Any) -> LocalRunner:
@@ -206,8 +197,7 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
             self._run_exit_handler(status)
         except KeyboardInterrupt as exc:
             second = as_stop(exc)
-            self.stopping.set()
-            self.handler.interrupt()
+            self.state.stop()
             if self.exit_task:
                 self.exit_task.state = TaskState.FAILED
                 self.exit_task.message = f"stopped at once by a second signal ({second})"
@@ -227,11 +217,10 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
             timer.start()
         try:
             self.root.state = TaskState.RUNNING
-            self._run_task(self.entry_task, self.root, dict(self.globals))
+            run_node(self.state, self.entry_task, self.root, dict(self.globals))
         except BaseException:
             # Ctrl-C: stop the processes first, or the pool would wait for them.
-            self.stopping.set()
-            self.handler.interrupt()
+            self.state.stop()
             raise
         finally:
             if timer:
@@ -242,37 +231,54 @@ class LocalRunner(DagExecution, StepsExecution, TaskExecution):
 
     def _deadline(self) -> None:
         """Workflow activeDeadlineSeconds: Argo fails the running nodes and schedules none."""
-        self.deadline_passed.set()
-        self.stopping.set()
-        self.handler.interrupt()
+        self.state.deadline_passed.set()
+        self.state.stop()
 
-    # --- one task ------------------------------------------------------------------------
+    # --- the exit handler ------------------------------------------------------------------------
     def _run_exit_handler(self, status: str) -> None:
         if not self.exit_task:
             return
         record = self.exit_task
         record.state = TaskState.RUNNING
-        self.stopping.clear()
-        reset = getattr(self.handler, "reset", None)
+        self.state.stopping.clear()
+        reset = getattr(self.state.handler, "reset", None)
         if reset:  # the exit handler's process may start after a stop
             reset()
         task = {"name": "onExit", "template": record.template}
         self.globals["workflow.status"] = status
-        self._run_task(task, record)
+        run_node(self.state, task, record)
         self.save_state()  # the handler's own record too
         self.on_change(self)
 
 
-_SAVED_FIELDS = [f.name for f in fields(TaskRecord) if f.name != "tail"]
+PARAMETER_FIELDS = ("name", "default", "value", "valueFrom", "globalName", "enum", "description")
 
 
-def _saved(record: TaskRecord) -> dict[str, Any]:
-    """A record as state.json keeps it: its fields but the log tail (``asdict`` without
-    its deep copies, a cost paid on every save); its outputs copied, as a node's thread
-    may add to them while the state is written."""
-    saved = {name: getattr(record, name) for name in _SAVED_FIELDS}
-    saved["outputs"] = dict(record.outputs)
-    return saved
+def parameters_json(parameters: list[dict[str, Any]]) -> str:
+    """``{{workflow.parameters.json}}``: the workflow's arguments as Go's ``json.Marshal``
+    writes Argo's ``[]Parameter`` (its field order, empty fields left out, values as
+    strings), as argo-workflows v4.0.5 workflow/controller/operator.go sets it among the
+    globals. Argo's examples/conditionals.yaml reads it with ``jsonpath``."""
+    written = []
+    for parameter in parameters:
+        item: dict[str, Any] = {}
+        for name in PARAMETER_FIELDS:
+            value = parameter.get(name)
+            if value is None or (name in ("globalName", "enum") and not value):
+                continue  # omitempty: a nil pointer, an empty string or list
+            if name in ("default", "value", "description"):
+                value = _go_string(value)
+            elif name == "enum":
+                value = [_go_string(v) for v in value]
+            item[name] = value
+        written.append(item)
+    text = json.dumps(written, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _go_string(value: Any) -> str:
+    """A YAML scalar as Argo's AnyString holds it (``true``, not Python's ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _rfc3339(epoch: float | None) -> str | None:

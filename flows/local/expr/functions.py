@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flows.local.expr_syntax import ExpressionError
+from flows.local.errors import ExpressionError
 
 
 def is_number(value: Any) -> bool:

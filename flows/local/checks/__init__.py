@@ -1,0 +1,1 @@
+"""Up-front checks: what the local runner refuses, by name, before anything starts."""

@@ -1,0 +1,1 @@
+"""Whether a node runs: govaluate ``when``, enhanced ``depends``, Skipped and Omitted nodes."""

@@ -1,0 +1,1 @@
+"""A pod's template as a local process: container, script, jobs, services, retries, outputs."""

@@ -1,0 +1,114 @@
+"""What one local run holds while it runs, passed explicitly to the functions that run its
+nodes (``flows.local.nodes``, ``flows.local.pods.pod``), as KFP's local orchestrator passes
+its run state (kubeflow/pipelines sdk/python/kfp/local/orchestrator/dag_orchestrator.py):
+the node records, the globals, the lock over them, the task handler, the stop and deadline
+events, the caches and services; and ``state.json``, the records on disk from which
+``resume`` continues a run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from flows.local.memo import MemoCache
+from flows.local.pods.processes import TaskHandler
+from flows.local.pods.services import LocalServices
+from flows.local.records import TaskRecord, TaskState
+from flows.local.signals import STOP_MESSAGE
+
+
+@dataclass
+class RunState:
+    """One run's shared state; nodes run on their own threads and change it under ``lock``."""
+
+    name: str
+    manifest: dict[str, Any]
+    run_dir: Path
+    templates: dict[str, dict[str, Any]]
+    globals: dict[str, str]
+    records: dict[str, TaskRecord]  # every node by its key (Argo's node name, less the run's)
+    handler: TaskHandler
+    memo: MemoCache
+    cwd: Path
+    env: dict[str, str]
+    on_change: Callable[[], None]  # nodes started or finished: the live view follows
+    sleep: Callable[[float], Any] = time.sleep
+    exit_task: TaskRecord | None = None
+    pod_slots: threading.Semaphore | None = None  # spec.parallelism: Argo counts its pods
+    services: LocalServices = field(default_factory=LocalServices)  # up until the run ends
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    deadline_passed: threading.Event = field(default_factory=threading.Event)
+    kept: set[str] = field(default_factory=set)  # nodes a resumed run keeps from the earlier one
+    _manifest_json: str | None = None
+
+    # --- nodes -----------------------------------------------------------------------------
+    def node(self, key: str, template: str, kind: str = "Pod") -> TaskRecord:
+        """The record of node ``key``, made Pending the first time it is asked for."""
+        with self.lock:
+            record = self.records.get(key)
+            if record is None:
+                record = self.records[key] = TaskRecord(key, template, kind=kind)
+            return record
+
+    def settle(
+        self, key: str, template: str, state: TaskState, message: str, kind: str
+    ) -> TaskRecord:
+        """A node that runs nothing: Omitted, Skipped or Error."""
+        record = self.node(key, template, kind)
+        record.state, record.message, record.kind = state, message, kind
+        record.finished = time.time()
+        return record
+
+    def stop(self) -> None:
+        """Start nothing more and stop the running processes (a signal, a deadline)."""
+        self.stopping.set()
+        self.handler.interrupt()
+
+    def stopped_message(self) -> str:
+        return "Step exceeded its deadline" if self.deadline_passed.is_set() else STOP_MESSAGE
+
+    def changed(self) -> None:
+        """Nodes started or finished: the state on disk and the view follow."""
+        self.save()
+        self.on_change()
+
+    # --- state on disk -------------------------------------------------------------------
+    def save(self) -> None:
+        """Write ``state.json`` (atomically: a new file moved over the old)."""
+        with self.lock:  # nodes finish on their own threads
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            records = {n: saved(t) for n, t in list(self.records.items())}
+            state = {
+                "name": self.name,
+                "globals": dict(self.globals),
+                "tasks": records,
+                "exit_handler": saved(self.exit_task) if self.exit_task else None,
+                "services": self.services.describe(),
+            }
+            # the manifest never changes: encoded once, it leads the state as if dumped with it
+            if self._manifest_json is None:
+                self._manifest_json = json.dumps(self.manifest, indent=2, default=str)
+            text = json.dumps(state, indent=2, default=str)
+            manifest = self._manifest_json.replace("\n", "\n  ")
+            tmp = self.run_dir / "state.json.tmp"
+            tmp.write_text(f'{{\n  "manifest": {manifest},\n{text[2:]}')
+            tmp.replace(self.run_dir / "state.json")
+
+
+_SAVED_FIELDS = [f.name for f in fields(TaskRecord) if f.name != "tail"]
+
+
+def saved(record: TaskRecord) -> dict[str, Any]:
+    """A record as state.json keeps it: its fields but the log tail (``asdict`` without
+    its deep copies, a cost paid on every save); its outputs copied, as a node's thread
+    may add to them while the state is written."""
+    kept = {name: getattr(record, name) for name in _SAVED_FIELDS}
+    kept["outputs"] = dict(record.outputs)
+    return kept

@@ -138,7 +138,6 @@ def run_here(
     revision = git_revision()
     code = run_local(
         build_submission(base, values, git_revision=revision),
-        cfg,
         workflow_templates=[build_template(base, git_revision=revision).to_dict()],
         parameters=values,
         resume=args.resume,

@@ -15,7 +15,6 @@ from flows.local.workflow import LocalRunner
 
 def run_local(
     workflow: Any,
-    cfg: Any = None,
     *,
     resume: Path | None = None,
     runs_dir: Path = Path("runs"),
@@ -27,8 +26,7 @@ def run_local(
     """Run a Hera Workflow (or its manifest) here with live progress and a summary.
 
     Returns the exit status for the CLI: 0 succeeded, 1 failed, 130 / 143 / 129 stopped by
-    SIGINT / SIGTERM / SIGHUP.
-    ``cfg`` is accepted for symmetry with render/submit; the manifest carries everything.
+    SIGINT / SIGTERM / SIGHUP. The manifest carries everything the run needs.
     """
     console = console or Console(stderr=True, soft_wrap=True)
     templates = workflow_templates or []

@@ -13,8 +13,9 @@ server on 127.0.0.1 (``python -m steps.serve``, ``mlflow models serve -w 1``), l
 closed-loop clients (threads, one keep-alive connection each, one image per request) at
 each concurrency for ``--seconds`` after a warm-up: requests/s, p50, p99. Every row is
 measured once a round, by turns, for ``--rounds`` rounds, and the table holds medians.
-Targets (issue 22): at concurrency 1 the endpoint adds at most 1 ms to the in-process p50 of
-one image; at concurrency 32 it serves at least half the in-process images/s of batch 32.
+Last, the server's read of one request body, its fast path beside MLflow's. Targets (issue
+22): at concurrency 1 the endpoint adds at most 1 ms to the in-process p50 of one image; at
+concurrency 32 it serves at least half the in-process images/s of batch 32.
 """
 
 from __future__ import annotations
@@ -260,7 +261,31 @@ def main() -> None:
                         rows[f"{name}, concurrency {concurrency}"] = (concurrency, *measured)
                 print(f"round {number}/{args.rounds} done", file=sys.stderr, flush=True)
                 rounds.append(rows)
+            parsing = parse_times(model, bodies[0])
     report(rounds, args)
+    print("\n| reading a one-image body | median us | vs MLflow's path |")
+    print("| --- | --- | --- |")
+    for name, micros in parsing.items():
+        print(
+            f"| {name} | {micros:.0f} | {parsing['json.loads + MLflow conversion'] / micros:.2f}x |"
+        )
+
+
+def parse_times(model: Any, body: bytes, repeat: int = 2000) -> dict[str, float]:
+    """The server's read of one request body: its fast path (``steps.serve.pixels``) and
+    MLflow's (``json.loads`` and ``convert_data_type``), by turns; median microseconds."""
+    from steps.serve.predictor import Predictor
+
+    fast, standard = Predictor(model, 1024), Predictor(model, 1024)
+    standard.pixels = None
+    paths = {"steps.serve.pixels": fast.parse, "json.loads + MLflow conversion": standard.parse}
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(repeat):
+        for name, parse in paths.items():
+            started = time.perf_counter()
+            parse(body)
+            times[name].append(time.perf_counter() - started)
+    return {name: float(np.median(t)) * 1e6 for name, t in times.items()}
 
 
 def free_port() -> int:

@@ -11,8 +11,10 @@ register the champion pyfunc in a temporary SQLite MLflow store; with ``--model`
 In process: ``model.predict`` of one image (p50, p99) and of 32 (images/s). Then each
 server on 127.0.0.1 (``python -m steps.serve``, ``mlflow models serve -w 1``), loaded by
 closed-loop clients (threads, one keep-alive connection each, one image per request) at
-each concurrency for ``--seconds`` after a warm-up: requests/s, p50, p99. Every row is
-measured once a round, by turns, for ``--rounds`` rounds, and the table holds medians.
+each concurrency for ``--seconds`` after a warm-up: requests/s, p50, p99, and the CPU
+time an image took (the server's process and its children; in process, this one's).
+Every row is measured once a round, by turns, for ``--rounds`` rounds; the table holds
+medians.
 Last, the server's read of one request body, its fast path beside MLflow's. Targets (issue
 22): at concurrency 1 the endpoint adds at most 1 ms to the in-process p50 of one image; at
 concurrency 32 it serves at least half the in-process images/s of batch 32.
@@ -91,20 +93,22 @@ def percentiles(seconds: list[float]) -> tuple[float, float]:
 
 def in_process(model: Any, images: np.ndarray, seconds: float) -> dict[str, tuple]:
     """``model.predict`` of one image and of 32, as the server calls it: the rows
-    ``(concurrency, images/s, p50 ms, p99 ms, errors)``."""
+    ``(concurrency, images/s, p50 ms, p99 ms, errors, CPU ms an image)``."""
     rows = {}
     for batch in (1, 32):
         x = images[:batch]
         for _ in range(20):
             model.predict(x)
         times: list[float] = []
+        cpu = cpu_seconds(os.getpid())
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             started = time.perf_counter()
             model.predict(x)
             times.append(time.perf_counter() - started)
+        cpu_ms = (cpu_seconds(os.getpid()) - cpu) * 1e3 / (batch * len(times))
         p50, p99 = percentiles(times)
-        row = ("-", batch / np.median(times), p50, p99, "-")
+        row = ("-", batch / np.median(times), p50, p99, "-", cpu_ms)
         rows[f"in process, model.predict, batch {batch}"] = row
     return rows
 
@@ -151,9 +155,23 @@ class LoadClient:
         self.sock.close()
 
 
-def load(url: str, bodies: list[bytes], concurrency: int, seconds: float) -> tuple:
-    """Closed-loop clients: (requests/s answered 200, p50 ms, p99 ms, errors) of one-image
-    requests; an error answer is counted, not timed, and the client goes on."""
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process and all its descendants so far."""
+    import psutil
+
+    process = psutil.Process(pid)
+    total = 0.0
+    for each in (process, *process.children(recursive=True)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = each.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def load(url: str, pid: int, bodies: list[bytes], concurrency: int, seconds: float) -> tuple:
+    """Closed-loop clients: (requests/s answered 200, p50 ms, p99 ms, errors, the server's
+    CPU ms a request) of one-image requests; an error answer is counted, not timed, and the
+    client goes on. ``pid``: the server's process (its descendants counted too)."""
     times: list[list[float]] = [[] for _ in range(concurrency)]
     errors: list[str] = []
     start = threading.Barrier(concurrency + 1)
@@ -184,19 +202,24 @@ def load(url: str, bodies: list[bytes], concurrency: int, seconds: float) -> tup
     for thread in threads:
         thread.start()
     start.wait(timeout=300)
+    cpu = cpu_seconds(pid)
     began = time.perf_counter()
     window["end"] = began + seconds
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - began
+    cpu_ms = (cpu_seconds(pid) - cpu) * 1e3
     flat = [t for per in times for t in per]
     errored = f"{len(errors)} ({errors[0][:100]})" if errors else "0"
-    return (len(flat) / elapsed, *percentiles(flat or [float("nan")]), errored)
+    per_request = cpu_ms / len(flat) if flat else float("nan")
+    return (len(flat) / elapsed, *percentiles(flat or [float("nan")]), errored, per_request)
 
 
 @contextlib.contextmanager
-def server(command: list[str], url_pattern: str | None, port: int | None) -> Iterator[str]:
-    """A server subprocess, until it answers /ping; its URL."""
+def server(
+    command: list[str], url_pattern: str | None, port: int | None
+) -> Iterator[tuple[str, int]]:
+    """A server subprocess, until it answers /ping; its URL and pid."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     # mlflow execs uvicorn by name: the venv's bin on PATH, as when it is activated.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -215,7 +238,7 @@ def server(command: list[str], url_pattern: str | None, port: int | None) -> Ite
             time.sleep(0.2)
         with ServingClient(url) as client:
             client.wait_ready(180, path="/ping")
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -255,9 +278,9 @@ def main() -> None:
             rounds: list[dict[str, tuple]] = []
             for number in range(1, args.rounds + 1):
                 rows = in_process(model, images, args.seconds)
-                for name, url in urls.items():
+                for name, (url, pid) in urls.items():
                     for concurrency in args.concurrency:
-                        measured = load(url, bodies, concurrency, args.seconds)
+                        measured = load(url, pid, bodies, concurrency, args.seconds)
                         rows[f"{name}, concurrency {concurrency}"] = (concurrency, *measured)
                 print(f"round {number}/{args.rounds} done", file=sys.stderr, flush=True)
                 rounds.append(rows)
@@ -310,13 +333,16 @@ def report(rounds: list[dict[str, tuple]], args: argparse.Namespace) -> None:
         f"{[round(v, 2) for v in os.getloadavg()]}; {len(rounds)} rounds of {args.seconds:g} s "
         "a row, by turns; medians over the rounds; one image a request"
     )
-    print("| what | concurrency | images/s | p50 ms | p99 ms | errors |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| what | concurrency | images/s | p50 ms | p99 ms | CPU ms an image | errors |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, (concurrency, *_) in rounds[0].items():
-        rate, p50, p99 = (float(np.median([r[name][i] for r in rounds])) for i in (1, 2, 3))
+        rate, p50, p99, cpu = (float(np.median([r[name][i] for r in rounds])) for i in (1, 2, 3, 5))
         errors = [r[name][4] for r in rounds if r[name][4] not in ("0", "-")]
         shown = "; ".join(errors) if errors else rounds[0][name][4]
-        print(f"| {name} | {concurrency} | {rate:,.0f} | {p50:.2f} | {p99:.2f} | {shown} |")
+        print(
+            f"| {name} | {concurrency} | {rate:,.0f} | {p50:.2f} | {p99:.2f} | {cpu:.2f} "
+            f"| {shown} |"
+        )
     one, batch = "in process, model.predict, batch 1", "in process, model.predict, batch 32"
     c1, c32 = "python -m steps.serve, concurrency 1", "python -m steps.serve, concurrency 32"
     if c1 in rounds[0]:

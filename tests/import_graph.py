@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PACKAGES = ("steps", "flows")
+PACKAGES = ("steps", "flows", "benchmarks")
 STEP_PACKAGES = ("stage_data", "train", "optimize", "benchmark")
 STEP_MODULES = ("predict", "tracking", "config")  # single-module CLIs under steps/
 
@@ -37,7 +37,8 @@ def _under_main_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
 
 
 def read_graph(root: Path) -> dict[str, Module]:
-    """Every module of ``steps/`` and ``flows/`` under ``root`` with what it imports."""
+    """Every module of ``steps/``, ``flows/`` and ``benchmarks/`` under ``root`` with what
+    it imports."""
     modules = {}
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
@@ -191,10 +192,30 @@ def import_cycles(graph: dict[str, Module]) -> list[str]:
     return cycles
 
 
+# The real servers' launchers (SeaweedFS S3, an mlflow server), written once for the tests
+# and the benchmarks that measure against the same servers; the design card fixes the top
+# level, so they live with the tests.
+SERVER_LAUNCHERS = ("tests.servers", "tests.mlflow_server")
+
+
+def only_benchmarks_use_the_test_servers(graph: dict[str, Module]) -> list[str]:
+    """What ships (``steps/``, ``flows/``) imports nothing from ``tests/``; a benchmark only
+    the real servers' launchers."""
+    problems = []
+    for module in graph.values():
+        for target in sorted(module.imports):
+            if top(target) != "tests":
+                continue
+            if top(module.name) != "benchmarks" or target not in SERVER_LAUNCHERS:
+                problems.append(f"{module.name} imports {target}")
+    return problems
+
+
 RULES = (
     step_imports_only_common_and_itself,
     common_imports_no_step_or_flow,
     local_runner_imports_no_step_code,
     staging_never_imports_torch,
     import_cycles,
+    only_benchmarks_use_the_test_servers,
 )

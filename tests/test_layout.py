@@ -55,6 +55,13 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         },
         "flows.local.runner <-> flows.local.view",
     ),
+    "only_benchmarks_use_the_test_servers": (
+        {
+            "benchmarks/serving.py": "from tests.test_serve import serving\n",
+            "flows/cli.py": "from tests.servers import free_port\n",
+        },
+        "benchmarks.serving imports tests.test_serve",
+    ),
 }
 
 

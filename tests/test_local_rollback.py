@@ -4,7 +4,9 @@ against a real SeaweedFS S3 server and a real ``mlflow server``, with one change
 the task handler (the runner's test seam): serve-check is given a time limit no check can
 meet. What follows is the pipeline's own doing: the step fails and moves the alias back,
 the DAG's ``rollback-delete`` (a first deployment) deletes the InferenceService, so its
-local server is stopped, and ``rollback-apply`` is Skipped (no earlier version)."""
+local server is stopped, and ``rollback-apply`` is Skipped (no earlier version). A second
+run against a champion it cannot beat leaves the alias where it is: deploy and serve-check
+Skipped."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from mlflow.tracking import MlflowClient
 from flows.cifar import build_submission, build_template
 from flows.cli import localize
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler
+from flows.local.records import RunResult
 from flows.local.workflow import LocalRunner
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT, S3Bucket
@@ -59,16 +62,19 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env |= {"CIFAR_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO_ROOT)}
     handler = CheckMadeToFail()
-    runner = LocalRunner(
-        build_submission(cfg).to_dict(),
-        cwd / "runs",
-        handler=handler,
-        cwd=cwd,
-        env=env,
-        workflow_templates=[build_template(cfg).to_dict()],
-        cache_dir=tmp_path / "cache",
-    )
-    result = runner.run()
+
+    def run_pipeline(handler: SubprocessHandler) -> RunResult:
+        return LocalRunner(
+            build_submission(cfg).to_dict(),
+            cwd / "runs",
+            handler=handler,
+            cwd=cwd,
+            env=env,
+            workflow_templates=[build_template(cfg).to_dict()],
+            cache_dir=tmp_path / "cache",
+        ).run()
+
+    result = run_pipeline(handler)
 
     states = {name: task.state.value for name, task in result.tasks.items()}
     # each attempt (the step's retries) failed; the first moved the alias back
@@ -107,3 +113,17 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
     assert not psutil.pid_exists(service["pid"])
     port = int(service["url"].rsplit(":", 1)[1])
     assert all(c.laddr.port != port for c in psutil.net_connections() if c.status == "LISTEN")
+
+    # Run again against a champion no model here can beat (its accuracy tag set by hand to
+    # 2): the alias stays where it is, so deploy and serve-check are Skipped, the rollbacks
+    # Omitted (their depends never met), nothing is served and the run Succeeds.
+    client.set_model_version_tag(MODEL, version, "accuracy", "2.0")
+    client.set_registered_model_alias(MODEL, "champion", version)
+    again = run_pipeline(SubprocessHandler())
+    states = {name: task.state.value for name, task in again.tasks.items()}
+    assert again.status == "Succeeded", again.failed_task
+    assert again.tasks["benchmark"].outputs["promoted"] == "false"
+    assert states["deploy"] == states["serve-check"] == "Skipped"
+    assert states["rollback-apply"] == states["rollback-delete"] == "Omitted"
+    assert client.get_model_version_by_alias(MODEL, "champion").version == version
+    assert json.loads((again.run_dir / "state.json").read_text()).get("services", {}) == {}

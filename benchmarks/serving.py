@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import numpy as np  # noqa: E402
 
 from steps.common.serving.client import ServingClient, request_body  # noqa: E402
+from tests.servers import free_port  # noqa: E402
 
 NAME = "cifar10-classifier"
 
@@ -309,12 +310,6 @@ def parse_times(model: Any, body: bytes, repeat: int = 2000) -> dict[str, float]
             parse(body)
             times[name].append(time.perf_counter() - started)
     return {name: float(np.median(t)) * 1e6 for name, t in times.items()}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def cpu_name() -> str:

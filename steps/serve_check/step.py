@@ -109,22 +109,25 @@ def expected_accuracy(doc: dict[str, Any], count: int | None = None) -> tuple[fl
     names = sorted(set(served.values()))
     measured = int(doc["test_images"])
     count = measured if count is None else count
+    missing = f"--benchmark: no measured accuracy for {', '.join(names)}"
     try:
         variants = [doc["variants"][name] for name in names]
-        if count == measured:
-            values = [float(v["accuracy"]) for v in variants]
-        else:
-            values = [prefix_accuracy(v["correct"], measured, count) for v in variants]
-    except KeyError as exc:
-        if count != measured and exc.args == ("correct",):
-            raise BadInput(
-                f"serving.check_samples {count} < the benchmark's {measured} images, and its "
-                "benchmark.json has no per-image results (an older benchmark): set "
-                "serving.check_samples to null"
-            ) from None
-        raise BadInput(f"--benchmark: no measured accuracy for {', '.join(names)}") from None
-    except (TypeError, ValueError):
-        raise BadInput(f"--benchmark: no measured accuracy for {', '.join(names)}") from None
+    except (KeyError, TypeError):
+        raise BadInput(missing) from None
+    subset = count < measured
+    if subset and not all(isinstance(v, dict) and "correct" in v for v in variants):
+        raise BadInput(
+            f"serving.check_samples {count} < the benchmark's {measured} images, and its "
+            "benchmark.json has no per-image results (an older benchmark): set "
+            "serving.check_samples to null"
+        )
+    try:
+        values = [
+            prefix_accuracy(v["correct"], measured, count) if subset else float(v["accuracy"])
+            for v in variants
+        ]
+    except (KeyError, TypeError, ValueError):
+        raise BadInput(missing) from None
     return min(values), max(values), ", ".join(names)
 
 

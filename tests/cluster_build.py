@@ -168,9 +168,9 @@ BUILT_LAYERS = {
     "trainer": "trainer",
     "kserve": "kserve",
 }
-# cert-manager's CRDs at the pinned tag: not applied (cert-manager installs from its
-# release's manifest), read to check the Certificate and Issuer KServe's install makes
-CERT_MANAGER_CRDS = "cert-manager-crds"
+# cert-manager's manifest as vendor.py renders it from the pinned chart (applied with -f,
+# not built by a kustomization); its CRDs check the Certificate and Issuer KServe makes
+CERT_MANAGER = "cert-manager"
 
 
 def vendor_source() -> Path | None:
@@ -206,9 +206,9 @@ def vendored_builds() -> dict[str, tuple[dict[str, Any], ...]] | None:
         )
         assert done.returncode == 0, done.stderr
         found = {name: tuple(kustomize(copy / path)) for name, path in BUILT_LAYERS.items()}
-        crds = sorted((copy / "vendor" / "cert-manager" / "deploy" / "crds").glob("*.yaml"))
-        found[CERT_MANAGER_CRDS] = tuple(
-            d for f in crds for d in yaml.load_all(f.read_text(), Loader=yaml.CSafeLoader) if d
+        manifest = (copy / "vendor" / "cert-manager" / "cert-manager.yaml").read_text()
+        found[CERT_MANAGER] = tuple(
+            d for d in yaml.load_all(manifest, Loader=yaml.CSafeLoader) if d
         )
         return found
 

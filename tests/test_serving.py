@@ -169,6 +169,7 @@ def test_whole_number_floats_are_pixels(served: str) -> None:
         ([[1, 2], [3, -1]], "values from -1 to 3, outside 0..255"),
         ([[0.5, 2], [3, 4]], "non-integer values such as 0.5"),
         ([[float("nan"), 2], [3, 4]], "non-integer values such as nan"),
+        ([[float("inf"), 2], [3, 4]], "non-integer values such as inf"),
         ([[1, 2, 3], [3, 4, 5]], "shape (2, 3)"),
         ([1, 2], "shape (2,)"),
         ([[1, 2], [3]], "nested lists of unequal lengths"),
@@ -182,6 +183,7 @@ def test_whole_number_floats_are_pixels(served: str) -> None:
         "under",
         "fraction",
         "nan",
+        "inf",
         "columns",
         "rank",
         "ragged",
@@ -189,6 +191,7 @@ def test_whole_number_floats_are_pixels(served: str) -> None:
         "null",
     ],
 )
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a refusal, not a warning in the log
 def test_exact_array_refuses_what_a_cast_would_change(data: list, got: str | None) -> None:
     if got is None:
         values = exact_array(data, np.dtype(np.uint8), (-1, 2), "pairs")

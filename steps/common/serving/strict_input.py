@@ -37,7 +37,8 @@ def exact_array(data: Any, dtype: np.dtype, shape: tuple[int, ...], expected: st
     ):
         raise refuse(f"shape {values.shape}")
     if values.dtype.kind == "f":
-        fractional = values[np.mod(values, 1) != 0]  # NaN and inf land here too
+        with np.errstate(invalid="ignore"):  # inf's remainder is NaN: refused below
+            fractional = values[np.mod(values, 1) != 0]  # NaN and inf land here too
         if fractional.size:
             raise refuse(
                 f"non-integer values such as {fractional.flat[0]:g} "

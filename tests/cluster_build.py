@@ -23,6 +23,7 @@ import yaml
 
 from tests.conftest import REPO_ROOT, SHARED
 from tests.k8s_rbac import ServiceAccount
+from tests.test_cluster_vendor import vendor
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"
 LAYERS = (
@@ -170,7 +171,7 @@ BUILT_LAYERS = {
 }
 # cert-manager's manifest as vendor.py renders it from the pinned chart (applied with -f,
 # not built by a kustomization); its CRDs check the Certificate and Issuer KServe makes
-CERT_MANAGER = "cert-manager"
+CERT_MANAGER = vendor.CERT_MANAGER
 
 
 def vendor_source() -> Path | None:
@@ -206,7 +207,7 @@ def vendored_builds() -> dict[str, tuple[dict[str, Any], ...]] | None:
         )
         assert done.returncode == 0, done.stderr
         found = {name: tuple(kustomize(copy / path)) for name, path in BUILT_LAYERS.items()}
-        manifest = (copy / "vendor" / "cert-manager" / "cert-manager.yaml").read_text()
+        manifest = (copy / "vendor" / vendor.CERT_MANAGER_MANIFEST).read_text()
         found[CERT_MANAGER] = tuple(
             d for d in yaml.load_all(manifest, Loader=yaml.CSafeLoader) if d
         )

@@ -27,10 +27,11 @@ import simdjson
 
 _HEAD = re.compile(rb'[ \t\n\r]*\{[ \t\n\r]*"(inputs|instances)"[ \t\n\r]*:[ \t\n\r]*\[')
 _WHITESPACE = b" \t\n\r"  # JSON's four whitespace bytes
-_DIGITS = b"0123456789"
+# What the outline check deletes: the array less these is its brackets and commas.
+_DIGITS_AND_WHITESPACE = b"0123456789" + _WHITESPACE
 # simdjson's refusals: malformed JSON (ValueError), a value of another type or an integer
 # past int64 (TypeError, OverflowError), a document it cannot take (RuntimeError, e.g.
-# one over its size limit).
+# one over its size limit), a key it does not find (KeyError).
 _SIMDJSON_ERRORS = (ValueError, TypeError, OverflowError, RuntimeError, KeyError)
 
 
@@ -69,7 +70,7 @@ class PixelParser:
             return None
         # What is neither a digit nor whitespace must be the outline of an array of this
         # shape, the array running from the head's "[" to the body's last "]".
-        outline = rest[head.end() - 1 :].translate(None, _WHITESPACE + _DIGITS)
+        outline = rest[head.end() - 1 :].translate(None, _DIGITS_AND_WHITESPACE)
         count, extra = divmod(len(outline) - 1, self.outline_step)
         if extra or count < 1:
             return None

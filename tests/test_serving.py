@@ -266,3 +266,31 @@ def test_openvino_runner_answers_concurrent_callers(bundle: Bundle) -> None:  # 
         together = list(pool.map(runner, inputs))
     for got, want in zip(together, alone, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["onnx", "openvino", "onnx_int8", "openvino_int8"])
+def test_pixel_runner_equals_normalising_first(bundle: Bundle, kind: str) -> None:  # noqa: F811
+    """The served pyfunc hands its runners the uint8 pixels: OpenVINO's compiles the
+    normalisation and the transpose into its graph, ONNX Runtime's does them in numpy. Either
+    answers what the variant answers on ``normalise_uint8``'s floats, at a batch below and
+    at or above OpenVINO's THROUGHPUT threshold (the batch split across streams)."""
+    from steps.common.serving.runners import load_runner, normalise_uint8
+
+    variant = bundle.optimize_result["doc"]["variants"][kind]
+    if variant["status"] != "built":
+        pytest.skip(f"{kind} was not built here: {variant.get('reason')}")
+    cfg = PipelineConfig()
+    split = load_test_split(bundle.dataset_uri, cfg.storage)
+    trained = load_trained(bundle.model_uri, cfg.storage, torch.device("cpu"))
+    mean, std = list(trained.mean), list(trained.std)
+    path = bundle.root / "opt" / variant["file"]
+    details = {**variant["details"], "throughput_batch": 8}
+    on_floats = load_runner(variant["kind"], path, details, 2)
+    on_pixels = load_runner(variant["kind"], path, details, 2, (mean, std))
+    images = split.images[:24].permute(0, 2, 3, 1).contiguous().numpy()
+    assert images.dtype == np.uint8
+    for batch in (images[:3], images):
+        want = on_floats(normalise_uint8(batch, mean, std))
+        got = on_pixels(batch)
+        assert got.shape == want.shape == (len(batch), len(trained.classes))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -33,8 +33,13 @@ class CifarClassifier(mlflow.pyfunc.PythonModel):
         meta = json.loads((folder / "serving.json").read_text())
         self.classes = list(meta["classes"])
         self.mean, self.std = meta["mean"], meta["std"]
+        # Each runner takes the pixels as they come and normalises them itself (OpenVINO
+        # inside its compiled graph, off the calling thread).
+        pixels = (self.mean, self.std)
         loaded = {
-            name: runners.load_runner(v["kind"], folder / v["file"], v["details"], meta["threads"])
+            name: runners.load_runner(
+                v["kind"], folder / v["file"], v["details"], meta["threads"], pixels
+            )
             for name, v in meta["variants"].items()
         }
         fastest = {int(b): name for b, name in meta["fastest_by_batch"].items()}
@@ -47,7 +52,7 @@ class CifarClassifier(mlflow.pyfunc.PythonModel):
             raise MlflowException.invalid_parameter_value(
                 f"expected {EXPECTED}; got {images.dtype} of shape {images.shape}"
             )
-        logits = self.dispatch(runners.normalise_uint8(images, self.mean, self.std))
+        logits = self.dispatch(images)
         probs = runners.softmax(logits.astype(np.float64)).astype(np.float32)
         index = probs.argmax(axis=1)
         return pd.DataFrame(

@@ -3,7 +3,10 @@
 Self-contained on purpose: numpy, onnxruntime and openvino only (each imported when
 used), no torch and no ``steps`` imports, so ``mlflow models serve`` loads it from the
 pyfunc's ``code_paths`` alone. Runners take float32 ``N x 3 x 32 x 32`` already normalised
-(the variants' input contract) and return float32 logits ``N x classes``.
+(the variants' input contract) and return float32 logits ``N x classes``; given ``pixels``
+(the training mean and std), ``load_runner`` returns one that takes the served uint8
+``N x 32 x 32 x 3`` images instead, OpenVINO's with the normalisation compiled into its
+graph.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 import numpy as np
 
 ArrayRunner = Callable[[np.ndarray], np.ndarray]
+# The training mean and std per channel: a runner given them takes uint8 RGB pixels.
+Pixels = tuple[Sequence[float], Sequence[float]]
 
 
 class RuntimeMissing(ImportError):
@@ -72,11 +77,22 @@ class OpenVinoRunner:
     above it, where the batch is split across the streams' requests. One call at a time:
     the infer request and the queue's callback are shared, and ``mlflow models serve``
     calls ``predict`` from several threads at once (``asyncio.to_thread`` per request);
-    without the lock concurrent requests fail or mix their outputs."""
+    without the lock concurrent requests fail or mix their outputs.
 
-    def __init__(self, xml: Path, threads: int, throughput_batch: int) -> None:
+    With ``pixels`` the compiled model takes uint8 ``N x H x W x C`` images and does the
+    conversion, ``(x / 255 - mean) / std`` and the transpose itself (OpenVINO's
+    PrePostProcessor), inside the graph and its threads: the caller's thread then runs no
+    numpy pass over the batch, which in a server is a pass that waits for the GIL."""
+
+    def __init__(
+        self, xml: Path, threads: int, throughput_batch: int, pixels: Pixels | None = None
+    ) -> None:
         ov, core = openvino_core()
         model = core.read_model(str(xml))
+        self.dtype = np.float32
+        if pixels is not None:
+            model = pixel_input(ov, model, *pixels)
+            self.dtype = np.uint8
         self.latency = core.compile_model(model, "CPU", openvino_config("LATENCY", threads))
         self.request = self.latency.create_infer_request()
         self.throughput_batch = throughput_batch
@@ -88,7 +104,7 @@ class OpenVinoRunner:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         with self.lock:
-            return self._infer(np.ascontiguousarray(x, np.float32))
+            return self._infer(np.ascontiguousarray(x, self.dtype))
 
     def _infer(self, x: np.ndarray) -> np.ndarray:
         if len(x) < self.throughput_batch or self.streams == 1:
@@ -106,12 +122,31 @@ class OpenVinoRunner:
         return np.concatenate(outputs)
 
 
-def load_runner(kind: str, path: Path, details: dict[str, Any], threads: int) -> ArrayRunner:
-    """A portable variant's file (``kind`` onnx or openvino) as a numpy callable."""
+def pixel_input(ov: Any, model: Any, mean: Sequence[float], std: Sequence[float]) -> Any:
+    """``model`` (float32 NCHW, normalised) with a uint8 NHWC input that it converts,
+    scales by 1/255, normalises per channel and transposes itself."""
+    from openvino.preprocess import PrePostProcessor
+
+    steps = PrePostProcessor(model)
+    steps.input().tensor().set_element_type(ov.Type.u8).set_layout(ov.Layout("NHWC"))
+    steps.input().model().set_layout(ov.Layout("NCHW"))  # the transpose follows from the two
+    preprocess = steps.input().preprocess().convert_element_type(ov.Type.f32)
+    preprocess.scale(255.0).mean([float(m) for m in mean]).scale([float(s) for s in std])
+    return steps.build()
+
+
+def load_runner(
+    kind: str, path: Path, details: dict[str, Any], threads: int, pixels: Pixels | None = None
+) -> ArrayRunner:
+    """A portable variant's file (``kind`` onnx or openvino) as a numpy callable; with
+    ``pixels`` (mean, std) it takes uint8 ``N x 32 x 32 x 3`` images, not normalised floats."""
     if kind == "onnx":
-        return OrtRunner(path, threads, details.get("providers", ()))
+        ort = OrtRunner(path, threads, details.get("providers", ()))
+        if pixels is None:
+            return ort
+        return lambda images: ort(normalise_uint8(images, *pixels))
     if kind == "openvino":
-        return OpenVinoRunner(path, threads, int(details.get("throughput_batch", 64)))
+        return OpenVinoRunner(path, threads, int(details.get("throughput_batch", 64)), pixels)
     raise ValueError(f"unknown portable variant kind {kind!r}")
 
 

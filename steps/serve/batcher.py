@@ -19,7 +19,7 @@ stage waits on the other. Taking every queued request instead lets closed-loop c
 settle into uneven halves (at concurrency 32, batches of 8 and 24 alternating), where the
 small batch leaves the model waiting for the event loop to read the large one; on the
 cores they share, the model's threads then lose time to it (``benchmarks/serving.py``
-at concurrency 32 on two cores: 5 to 12% more images/s for 10% less CPU an image).
+at concurrency 32 on two cores: 5 to 12% more images/s for 4 to 10% less CPU an image).
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ thread decides it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import numpy as np
 
@@ -28,6 +30,18 @@ class HeldModel:
         return list(range(len(images)))
 
 
+@contextlib.asynccontextmanager
+async def started(model: HeldModel, max_delay_s: float) -> AsyncIterator[Batcher]:
+    """A running Batcher over ``model``; at the end every batch still held is let go (a
+    failed assertion must not leave the inference thread waiting) and the thread stopped."""
+    batcher = Batcher(model, max_batch=64, max_delay_s=max_delay_s).start()
+    try:
+        yield batcher
+    finally:
+        model.gate.release(64)
+        batcher.stop()
+
+
 async def until(condition, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -42,8 +56,7 @@ def test_a_batch_takes_at_most_half_the_requests_held() -> None:
     model = HeldModel()
 
     async def main() -> None:
-        batcher = Batcher(model, max_batch=64, max_delay_s=0.0).start()
-        try:
+        async with started(model, max_delay_s=0.0) as batcher:
             batcher.arrive()
             first = batcher.enqueue(ONE, list)
             await until(lambda: model.sizes == [1])  # running, held by the test
@@ -65,10 +78,6 @@ def test_a_batch_takes_at_most_half_the_requests_held() -> None:
             assert [await f for f in queued[16:]] == [[i] for i in range(7)]
             await asyncio.sleep(0)  # the answers' callbacks
             assert batcher.held == 0 and batcher.arriving == 0
-        finally:
-            for _ in range(4):
-                model.gate.release()
-            batcher.stop()
 
     asyncio.run(main())
 
@@ -80,8 +89,7 @@ def test_two_held_requests_still_batch_together() -> None:
     model.gate.release()
 
     async def main() -> None:
-        batcher = Batcher(model, max_batch=64, max_delay_s=5.0).start()
-        try:
+        async with started(model, max_delay_s=5.0) as batcher:
             batcher.arrive()
             batcher.arrive()
             first = batcher.enqueue(ONE, list)
@@ -90,8 +98,6 @@ def test_two_held_requests_still_batch_together() -> None:
             second = batcher.enqueue(ONE, list)
             assert await asyncio.gather(first, second) == [[0], [1]]
             assert model.sizes == [2]
-        finally:
-            batcher.stop()
 
     asyncio.run(main())
 
@@ -101,8 +107,7 @@ def test_a_cancelled_request_is_no_longer_held() -> None:
     model = HeldModel()
 
     async def main() -> None:
-        batcher = Batcher(model, max_batch=64, max_delay_s=0.0).start()
-        try:
+        async with started(model, max_delay_s=0.0) as batcher:
             batcher.arrive()
             running = batcher.enqueue(ONE, list)
             await until(lambda: model.sizes == [1])
@@ -114,7 +119,5 @@ def test_a_cancelled_request_is_no_longer_held() -> None:
             model.gate.release()
             model.gate.release()
             assert await running == [0]
-        finally:
-            batcher.stop()
 
     asyncio.run(main())

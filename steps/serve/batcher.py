@@ -108,7 +108,7 @@ class Batcher:
         with self._lock:
             self.held -= 1
 
-    def most_requests(self) -> int:
+    def _most_requests(self) -> int:
         """How many requests the next batch may take: half of those held, at least two."""
         with self._lock:
             held = self.held
@@ -119,7 +119,7 @@ class Batcher:
         next batch); whether a stop was asked for."""
         jobs, count = [first], len(first.images)
         deadline = first.queued + self.max_delay_s
-        most = self.most_requests()
+        most = self._most_requests()
         while count < self.max_batch and len(jobs) < most:
             with self._lock:
                 try:

@@ -1,5 +1,7 @@
-"""The training step's data path: staged uint8 arrays held in memory (on the GPU when there
-is one), each rank's share of every global batch, augmentation as batched tensor ops.
+"""The training step's data path: the staged uint8 arrays held in memory (on the GPU when
+there is one; ``steps.train.staged`` reads them), each rank's share of every global batch,
+augmentation as batched tensor ops. Plain torch: ``benchmarks/gpu.py`` runs it on a machine
+with no pydantic, MLflow or boto3.
 
 No DataLoader, no PIL, no per-image Python: a batch is one gather from the uint8 images
 with the random crop (reflect padding) and the horizontal flip folded into the gather's
@@ -15,10 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from steps.common.config import StorageConfig
-from steps.common.dataset import SIDE, SPLITS, read_manifest, read_split
-from steps.common.models import CIFAR10_MEAN, CIFAR10_STD
-from steps.common.storage import open_store
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE
+
+SIDE = INPUT_SHAPE[-1]  # images are SIDE x SIDE pixels
 
 
 @dataclass
@@ -33,24 +34,6 @@ class Dataset:
     train_labels: torch.Tensor
     test_images: torch.Tensor
     test_labels: torch.Tensor
-
-
-def load_dataset(uri: str, storage: StorageConfig, device: torch.device) -> Dataset:
-    """Read a dataset staged by ``steps.stage_data`` (verifying every file) onto ``device``."""
-    store = open_store(uri, storage)
-    manifest = read_manifest(store)
-    tensors: dict[str, torch.Tensor] = {}
-    for split in SPLITS:
-        images, labels = read_split(store, manifest, split)
-        tensors[f"{split}_images"] = torch.from_numpy(images).to(device)
-        tensors[f"{split}_labels"] = torch.from_numpy(labels).to(device)
-    return Dataset(
-        uri=uri,
-        name=manifest.get("name", "dataset"),
-        digest=manifest["digest"],
-        classes=list(manifest.get("classes", [str(i) for i in range(10)])),
-        **tensors,
-    )
 
 
 def epoch_order(n: int, global_batch: int, seed: int, epoch: int) -> torch.Tensor:

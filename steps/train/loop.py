@@ -5,13 +5,17 @@ step); the caller all-reduces them across ranks once per epoch (``steps.train.to
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from steps.common.config import TrainConfig
 from steps.common.device import cpu_bf16_features
 from steps.train.data import Batches
+
+if TYPE_CHECKING:  # read by attribute only, so the loop imports no pydantic
+    from steps.common.config import TrainConfig
 
 EVAL_BATCH = 1024  # test images per forward pass and rank
 

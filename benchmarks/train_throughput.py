@@ -34,31 +34,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from rich.console import Console
 from rich.table import Table
 from torch import nn
-from torchvision import transforms
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.seed_loop import SeedLoop
 from steps.common.config import TrainConfig
-from steps.common.models import SimpleCNN, build_model
+from steps.common.models import build_model
 from steps.train.data import Batches
 from steps.train.loop import one_cycle, train_one_epoch, use_bf16_autocast
-
-
-class PILDataset(torch.utils.data.Dataset):
-    """What ``torchvision.datasets.CIFAR10`` does per sample: a PIL image, then transforms."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray, transform: Callable) -> None:
-        self.images, self.labels, self.transform = images, labels, transform
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return self.transform(Image.fromarray(self.images[index])), int(self.labels[index])
 
 
 def cpu_name() -> str:
@@ -95,28 +81,6 @@ def interleaved(
         for name, (images, epoch) in loops.items():
             rates[name].append(images / timed(device, epoch))
     return {name: (statistics.median(r), min(r), max(r)) for name, r in rates.items()}
-
-
-def seed_loop(images: np.ndarray, labels: np.ndarray, device: torch.device) -> Callable[[], None]:
-    transform = transforms.Compose(
-        [transforms.ToTensor(), transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))]
-    )
-    loader = torch.utils.data.DataLoader(
-        PILDataset(images, labels, transform), batch_size=64, shuffle=True, num_workers=0
-    )
-    net = SimpleCNN().to(device)
-    criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
-
-    def epoch() -> None:
-        for inputs, targets in loader:
-            inputs, targets = inputs.to(device), targets.to(device)
-            optimizer.zero_grad()
-            loss = criterion(net(inputs), targets)
-            loss.backward()
-            optimizer.step()
-
-    return epoch
 
 
 def our_loop(
@@ -180,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     bf16_row += default if cpu_default_bf16 else ""
     resnet_row = f"ours: ResNet-9 (6.6M params), batch 512, {resnet_n:,} images"
     loops = {
-        seed_row: (args.images, seed_loop(images, labels, device)),
+        seed_row: (args.images, SeedLoop(images, labels, device).epoch),
         ours_row: (
             args.images,
             our_loop("simplecnn", images, labels, device, args.compile, on_gpu),

@@ -4,6 +4,7 @@ import rules over it (docs/architecture.md, "Who may import whom")."""
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +28,15 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
-def _under_main_guard(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
-    """Inside ``if __name__ == "__main__":``: runs only as a script, not on import."""
+def _not_run_on_import(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Inside ``if __name__ == "__main__":`` (runs only as a script) or ``if TYPE_CHECKING:``
+    (read by type checkers, never run)."""
     while node in parents:
         node = parents[node]
-        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
-            return True
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if "__main__" in test or test in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                return True
     return False
 
 
@@ -48,7 +52,7 @@ def read_graph(root: Path) -> dict[str, Module]:
         tree = ast.parse(module.path.read_text(), str(module.path))
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import | ast.ImportFrom) and not _under_main_guard(
+            if isinstance(node, ast.Import | ast.ImportFrom) and not _not_run_on_import(
                 node, parents
             ):
                 module.imports |= set(_targets(node, modules))
@@ -211,6 +215,28 @@ def only_benchmarks_use_the_test_servers(graph: dict[str, Module]) -> list[str]:
     return problems
 
 
+# What benchmarks/gpu.py may reach: the GPU machines this project borrows hold PyTorch and
+# its usual company but none of the project's other dependencies (the device's KINDS.md).
+# torch_tensorrt is looked for and used where installed (its imports are guarded).
+GPU_MACHINE_HAS = frozenset(
+    {"torch", "torchvision", "numpy", "PIL", "torch_tensorrt", "steps", "benchmarks"}
+)
+
+
+def gpu_benchmark_imports_what_a_bare_gpu_machine_has(graph: dict[str, Module]) -> list[str]:
+    """``benchmarks.gpu`` and everything it imports name only the standard library,
+    PyTorch, torchvision, numpy and PIL (lazy imports too): no pydantic, MLflow or boto3."""
+    if "benchmarks.gpu" not in graph:
+        return []
+    problems = []
+    for name, path in reachable(graph, "benchmarks.gpu").items():
+        for target in sorted(graph[name].imports):
+            first = top(target)
+            if first not in GPU_MACHINE_HAS and first not in sys.stdlib_module_names:
+                problems.append(f"{' -> '.join(path)} imports {target}")
+    return problems
+
+
 RULES = (
     step_imports_only_common_and_itself,
     common_imports_no_step_or_flow,
@@ -218,4 +244,5 @@ RULES = (
     staging_never_imports_torch,
     import_cycles,
     only_benchmarks_use_the_test_servers,
+    gpu_benchmark_imports_what_a_bare_gpu_machine_has,
 )

@@ -62,6 +62,13 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         },
         "benchmarks.serving imports tests.test_serve",
     ),
+    "gpu_benchmark_imports_what_a_bare_gpu_machine_has": (
+        {
+            "benchmarks/gpu.py": "import torch\nfrom steps.train.fit import fit\n",
+            "steps/train/fit.py": "def fit():\n    import mlflow\n",
+        },
+        "benchmarks.gpu -> steps.train.fit imports mlflow",
+    ),
 }
 
 

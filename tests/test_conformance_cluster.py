@@ -181,10 +181,26 @@ def _resource_requests(cfg: PipelineConfig) -> set[tuple[str, str, str]]:
             assert action in cb.RESOURCE_VERBS, f"{action}: extend the verbs table"
             group, plural = cb.RESOURCES[kind]
             wanted |= {(group, plural, verb) for verb in cb.RESOURCE_VERBS[action]}
+            wanted |= _owner_requests(manifest, group, plural)
         if doc["spec"].get("artifactGC") or any(
             a.get("artifactGC") for t in doc["spec"]["templates"] for a in _artifacts(t)
         ):
             wanted |= {(g, r, v) for (g, r), verbs in cb.ARTIFACT_GC_NEEDS.items() for v in verbs}
+    return wanted
+
+
+def _owner_requests(
+    manifest: dict[str, Any] | None, group: str, plural: str
+) -> set[tuple[str, str, str]]:
+    """What OwnerReferencesPermissionEnforcement asks of whoever creates ``manifest``
+    (tests.cluster_build.OWNED_VERB and OWNER_FINALIZERS_VERB)."""
+    owners = ((manifest or {}).get("metadata") or {}).get("ownerReferences") or []
+    wanted = {(group, plural, cb.OWNED_VERB)} if owners else set()
+    for owner in owners:
+        if owner.get("blockOwnerDeletion"):
+            owner_group = owner["apiVersion"].rpartition("/")[0]
+            owner_plural = cb.OWNER_RESOURCES[(owner_group, owner["kind"])]
+            wanted.add((owner_group, f"{owner_plural}/finalizers", cb.OWNER_FINALIZERS_VERB))
     return wanted
 
 

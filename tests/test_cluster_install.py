@@ -391,3 +391,46 @@ def test_cert_manager_renders_as_its_release_and_the_rollout_waits_for_each_depl
     for text in (readme, e2e):
         (waited,) = rollout.findall(text)
         assert {w.removeprefix("deploy/") for w in waited.split()} == deployments
+
+
+# Volcano v1.14.4: the scheduler's actions (pkg/scheduler/actions/) that honour the
+# promises of configs/cluster/scheduling/: reclaim takes back resources from a queue over
+# its share whose Queue is reclaimable (plugins/proportion ReclaimableFn), preempt evicts
+# pods of lower-priority jobs in a queue (plugins/priority PreemptableFn); the release's
+# installer/volcano-development.yaml runs "enqueue, allocate, backfill" only.
+VOLCANO_CONF = "volcano-scheduler.conf"
+PROMISED = {"reclaim": "proportion", "preempt": "priority"}  # action -> plugin it asks
+
+
+def scheduler_conf(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    config = find(list(docs), "ConfigMap", "volcano-scheduler-configmap")
+    assert config["metadata"]["namespace"] == "volcano-system"
+    return yaml.safe_load(config["data"][VOLCANO_CONF])
+
+
+def test_volcano_schedules_with_the_actions_the_scheduling_layer_promises(builds: dict) -> None:
+    """Issue 30, defect 9: the Queue's ``reclaimable: true`` and the PriorityClass's
+    preemption did nothing under the release's actions. The built conf is the release's
+    with reclaim and preempt added (the plugins those actions ask are in its tiers)."""
+    conf = scheduler_conf(builds["cluster"])
+    actions = [a.strip() for a in conf["actions"].split(",")]
+    plugins = {p["name"] for tier in conf["tiers"] for p in tier["plugins"]}
+    for action, plugin in PROMISED.items():
+        assert action in actions and plugin in plugins, (action, conf["actions"])
+    release = [
+        d
+        for d in yaml.load_all(
+            (cluster_build.vendor_source() / "volcano/installer/volcano-development.yaml")
+            .read_text(),
+            Loader=yaml.CSafeLoader,
+        )
+        if d
+    ]
+    upstream = scheduler_conf(tuple(release))
+    assert conf["tiers"] == upstream["tiers"]
+    assert [a for a in actions if a not in PROMISED] == [
+        a.strip() for a in upstream["actions"].split(",")
+    ]
+    scheduling = {d["kind"]: d for d in builds["scheduling"]}
+    assert scheduling["Queue"]["spec"]["reclaimable"] is True
+    assert scheduling["PriorityClass"]["preemptionPolicy"] == "PreemptLowerPriority"

@@ -14,6 +14,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from steps.common.version import package_version
 from tests.cluster_build import kubectl, walk
@@ -261,3 +263,39 @@ def test_seaweedfs_as_deployed_takes_a_write_in_every_bucket(tmp_path: Path) -> 
             assert client.get_object(Bucket=bucket, Key="probe")["Body"].read() == b"written"
     finally:
         server.stop()
+
+
+# MLflow's tracking server takes --allowed-hosts (its security middleware) from 3.5.0 on
+# (mlflow docs, "Tracking Server Security": "MLflow 3.5.0+ includes security middleware";
+# an older `mlflow server` stops on the unknown option).
+ALLOWED_HOSTS_SINCE = Version("3.5")
+
+
+def test_the_mlflow_server_runs_an_mlflow_that_takes_its_options() -> None:
+    """Issue 30, defect 9: the Deployment passes --allowed-hosts, while the [train] extra
+    (what the cifar-train image it runs from installs: containers/train.Dockerfile) let pip
+    pick mlflow 3.1."""
+    docs = render("mlflow")
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    (server,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert server["image"].split("/")[-1].startswith("cifar-train:")
+    assert any(a.startswith("--allowed-hosts=") for a in server["args"])
+    assert '"cifar-pipeline[train]==' in (REPO_ROOT / "containers/train.Dockerfile").read_text()
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()  # no tomllib on Python 3.10
+    for extra in ("train", "serve"):
+        block = re.search(rf"^{extra} = \[(.*?)^\]", pyproject, re.S | re.M).group(1)
+        (wanted,) = [Requirement(r) for r in re.findall(r'"(mlflow[^"]*)"', block)]
+        floors = [Version(s.version) for s in wanted.specifier if s.operator in (">=", "==")]
+        assert floors and min(floors) >= ALLOWED_HOSTS_SINCE, (extra, str(wanted))
+
+
+def test_the_readme_counts_the_images_images_yml_builds() -> None:
+    workflow = yaml.safe_load((REPO_ROOT / ".github/workflows/images.yml").read_text())
+    built = workflow["jobs"]["build"]["strategy"]["matrix"]["image"]
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    (count, names) = re.findall(
+        r"`images\.yml` builds and pushes the (\w+) images \(([^)]*)\)", readme
+    )[0]
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight"]
+    assert words.index(count) == len(built), count
+    assert re.findall(r"`cifar-(\w+)`", names) == built

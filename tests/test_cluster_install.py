@@ -420,8 +420,9 @@ def test_volcano_schedules_with_the_actions_the_scheduling_layer_promises(builds
     release = [
         d
         for d in yaml.load_all(
-            (cluster_build.vendor_source() / "volcano/installer/volcano-development.yaml")
-            .read_text(),
+            (
+                cluster_build.vendor_source() / "volcano/installer/volcano-development.yaml"
+            ).read_text(),
             Loader=yaml.CSafeLoader,
         )
         if d

@@ -179,6 +179,7 @@ BUILT_LAYERS = {
     "cluster": ".",
     "scheduling": "scheduling",
     "trainer": "trainer",
+    "kserve-crds": "kserve-crds",
     "kserve": "kserve",
 }
 # cert-manager's manifest as vendor.py renders it from the pinned chart (applied with -f,

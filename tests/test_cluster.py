@@ -27,7 +27,7 @@ VENDOR = CLUSTER / "vendor"  # upstream's files, git-ignored (tests/test_cluster
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
 # applied after the top level: Volcano's Queue once Volcano answers; Trainer v2 for
 # train.launcher=trainjob; KServe (the deploy step) once cert-manager answers
-OPTIONAL_BASES = {"scheduling", "trainer", "kserve"}
+OPTIONAL_BASES = {"scheduling", "trainer", "kserve-crds", "kserve"}
 # checked against their CRDs, not core schemas (Queue: tests/test_conformance_cluster.py)
 CRD_KINDS = {"ClusterTrainingRuntime", "Queue"}
 VALIDATOR = SHARED / "tools" / "validate_manifests.py"
@@ -202,24 +202,22 @@ def test_the_training_operator_gang_schedules_with_volcano() -> None:
     assert kind["cluster"]["scheduler_name"] == "volcano"  # the e2e run uses the gang
 
 
-def test_the_trainer_runtime_is_what_the_flow_renders(capsys) -> None:
-    from flows import cli
+@pytest.mark.parametrize("config", ["kind", "cluster"])
+def test_the_trainer_runtime_the_readme_applies_passes_its_crd(config: str, tmp_path) -> None:
+    """The README renders the runtime from the config its runs use (kind's, a GPU
+    cluster's: tests/test_cluster_install.py), gang-scheduled by Volcano either way."""
+    from tests.cluster_install_steps import readme_commands, rendered_runtime
 
-    assert cli.main(["--config", str(REPO_ROOT / "configs" / "kind.yaml"), "--render-runtime"]) == 0
-    rendered = capsys.readouterr().out
-    written = (CLUSTER / "trainer" / "runtime.yaml").read_text()
-    assert yaml.safe_load(written) == yaml.safe_load(rendered), (
-        "configs/cluster/trainer/runtime.yaml is stale: python flows/cifar.py --config "
-        "configs/kind.yaml --render-runtime > configs/cluster/trainer/runtime.yaml"
-    )
-    runtime = yaml.safe_load(written)
+    command = f"python flows/cifar.py --config configs/{config}.yaml --render-runtime | "
+    assert any(c.startswith(command) for c in readme_commands()), command
+    runtime = rendered_runtime(f"configs/{config}.yaml", [])
+    assert runtime["kind"] == "ClusterTrainingRuntime"
     assert runtime["spec"]["podGroupPolicy"] == {"volcano": {}}
     if VALIDATOR.is_file():
+        path = tmp_path / "runtime.yaml"
+        path.write_text(yaml.safe_dump(runtime))
         done = subprocess.run(
-            [sys.executable, str(VALIDATOR), str(CLUSTER / "trainer" / "runtime.yaml")],
-            capture_output=True,
-            text=True,
-            check=False,
+            [sys.executable, str(VALIDATOR), str(path)], capture_output=True, text=True, check=False
         )
         assert done.returncode == 0, done.stdout + done.stderr
 

@@ -11,6 +11,7 @@ the vendored upstream manifests whenever a checkout has them.
 from __future__ import annotations
 
 import copy
+import shlex
 from functools import cache
 from typing import Any
 
@@ -25,6 +26,7 @@ from flows.manifests import inferenceservice as isvc
 from flows.manifests.pod import config_args, pod_env
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
+from tests.cluster_install_steps import readme_commands, rendered_runtime
 from tests.conftest import REPO_ROOT
 from tests.k8s_rbac import Rbac, Request, ServiceAccount
 from tests.test_flow import run_of
@@ -61,8 +63,20 @@ def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
     return [cifar.build_template(cfg).to_dict(), run_of(cfg), wt.to_dict()]
 
 
+@cache
+def readme_rendered() -> tuple[dict[str, Any], ...]:
+    """What the README renders from a config and applies (the ClusterTrainingRuntime)."""
+    found = []
+    for command in readme_commands():
+        if "--render-runtime" in command:
+            words = shlex.split(command.split("|")[0])
+            config = words[words.index("--config") + 1]
+            found.append(rendered_runtime(config, []))
+    return tuple(found)
+
+
 def created() -> set[tuple[str, str | None, str]]:
-    return {cb.key_of(doc) for doc in own()}
+    return {cb.key_of(doc) for doc in [*own(), *readme_rendered()]}
 
 
 def rbac(*extra: dict[str, Any]) -> Rbac:

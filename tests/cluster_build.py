@@ -72,6 +72,18 @@ RESOURCE_VERBS = {
     "delete": ("list", "delete"),
     "delete-by-name": ("delete",),
 }
+# What creating an object with ownerReferences asks of its creator where the API server
+# runs the OwnerReferencesPermissionEnforcement admission plugin (OpenShift and hardened
+# clusters; kubernetes plugin/pkg/admission/gc/gc_admission.go, gcPermissionsEnforcement
+# Admit): "cannot set an ownerRef on a resource you can't delete" (delete on the object's
+# own resource) and, for each reference with blockOwnerDeletion: true, "cannot set
+# blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers
+# on" (update on the owner's <resource>/finalizers, by the owner's name). The train step's
+# executor creates the job under the workflow's account, with its Workflow as the owner
+# (flows/train_step.py OWNER).
+OWNED_VERB = "delete"
+OWNER_FINALIZERS_VERB = "update"
+OWNER_RESOURCES = {("argoproj.io", "Workflow"): "workflows"}
 # The artifact GC pod, under the account of the workflow's spec.artifactGC (Argo v4.0.5
 # docs/walk-through/artifacts.md): reads its tasks, reports on them.
 ARTIFACT_GC_NEEDS = {
@@ -167,6 +179,7 @@ BUILT_LAYERS = {
     "cluster": ".",
     "scheduling": "scheduling",
     "trainer": "trainer",
+    "kserve-crds": "kserve-crds",
     "kserve": "kserve",
 }
 # cert-manager's manifest as vendor.py renders it from the pinned chart (applied with -f,

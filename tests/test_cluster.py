@@ -14,6 +14,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from steps.common.version import package_version
 from tests.cluster_build import kubectl, walk
@@ -25,7 +27,7 @@ VENDOR = CLUSTER / "vendor"  # upstream's files, git-ignored (tests/test_cluster
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
 # applied after the top level: Volcano's Queue once Volcano answers; Trainer v2 for
 # train.launcher=trainjob; KServe (the deploy step) once cert-manager answers
-OPTIONAL_BASES = {"scheduling", "trainer", "kserve"}
+OPTIONAL_BASES = {"scheduling", "trainer", "kserve-crds", "kserve"}
 # checked against their CRDs, not core schemas (Queue: tests/test_conformance_cluster.py)
 CRD_KINDS = {"ClusterTrainingRuntime", "Queue"}
 VALIDATOR = SHARED / "tools" / "validate_manifests.py"
@@ -200,24 +202,22 @@ def test_the_training_operator_gang_schedules_with_volcano() -> None:
     assert kind["cluster"]["scheduler_name"] == "volcano"  # the e2e run uses the gang
 
 
-def test_the_trainer_runtime_is_what_the_flow_renders(capsys) -> None:
-    from flows import cli
+@pytest.mark.parametrize("config", ["kind", "cluster"])
+def test_the_trainer_runtime_the_readme_applies_passes_its_crd(config: str, tmp_path) -> None:
+    """The README renders the runtime from the config its runs use (kind's, a GPU
+    cluster's: tests/test_cluster_install.py), gang-scheduled by Volcano either way."""
+    from tests.cluster_install_steps import readme_commands, rendered_runtime
 
-    assert cli.main(["--config", str(REPO_ROOT / "configs" / "kind.yaml"), "--render-runtime"]) == 0
-    rendered = capsys.readouterr().out
-    written = (CLUSTER / "trainer" / "runtime.yaml").read_text()
-    assert yaml.safe_load(written) == yaml.safe_load(rendered), (
-        "configs/cluster/trainer/runtime.yaml is stale: python flows/cifar.py --config "
-        "configs/kind.yaml --render-runtime > configs/cluster/trainer/runtime.yaml"
-    )
-    runtime = yaml.safe_load(written)
+    command = f"python flows/cifar.py --config configs/{config}.yaml --render-runtime | "
+    assert any(c.startswith(command) for c in readme_commands()), command
+    runtime = rendered_runtime(f"configs/{config}.yaml", [])
+    assert runtime["kind"] == "ClusterTrainingRuntime"
     assert runtime["spec"]["podGroupPolicy"] == {"volcano": {}}
     if VALIDATOR.is_file():
+        path = tmp_path / "runtime.yaml"
+        path.write_text(yaml.safe_dump(runtime))
         done = subprocess.run(
-            [sys.executable, str(VALIDATOR), str(CLUSTER / "trainer" / "runtime.yaml")],
-            capture_output=True,
-            text=True,
-            check=False,
+            [sys.executable, str(VALIDATOR), str(path)], capture_output=True, text=True, check=False
         )
         assert done.returncode == 0, done.stdout + done.stderr
 
@@ -261,3 +261,39 @@ def test_seaweedfs_as_deployed_takes_a_write_in_every_bucket(tmp_path: Path) -> 
             assert client.get_object(Bucket=bucket, Key="probe")["Body"].read() == b"written"
     finally:
         server.stop()
+
+
+# MLflow's tracking server takes --allowed-hosts (its security middleware) from 3.5.0 on
+# (mlflow docs, "Tracking Server Security": "MLflow 3.5.0+ includes security middleware";
+# an older `mlflow server` stops on the unknown option).
+ALLOWED_HOSTS_SINCE = Version("3.5")
+
+
+def test_the_mlflow_server_runs_an_mlflow_that_takes_its_options() -> None:
+    """Issue 30, defect 9: the Deployment passes --allowed-hosts, while the [train] extra
+    (what the cifar-train image it runs from installs: containers/train.Dockerfile) let pip
+    pick mlflow 3.1."""
+    docs = render("mlflow")
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    (server,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert server["image"].split("/")[-1].startswith("cifar-train:")
+    assert any(a.startswith("--allowed-hosts=") for a in server["args"])
+    assert '"cifar-pipeline[train]==' in (REPO_ROOT / "containers/train.Dockerfile").read_text()
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()  # no tomllib on Python 3.10
+    for extra in ("train", "serve"):
+        block = re.search(rf"^{extra} = \[(.*?)^\]", pyproject, re.S | re.M).group(1)
+        (wanted,) = [Requirement(r) for r in re.findall(r'"(mlflow[^"]*)"', block)]
+        floors = [Version(s.version) for s in wanted.specifier if s.operator in (">=", "==")]
+        assert floors and min(floors) >= ALLOWED_HOSTS_SINCE, (extra, str(wanted))
+
+
+def test_the_readme_counts_the_images_images_yml_builds() -> None:
+    workflow = yaml.safe_load((REPO_ROOT / ".github/workflows/images.yml").read_text())
+    built = workflow["jobs"]["build"]["strategy"]["matrix"]["image"]
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    (count, names) = re.findall(
+        r"`images\.yml` builds and pushes the (\w+) images \(([^)]*)\)", readme
+    )[0]
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight"]
+    assert words.index(count) == len(built), count
+    assert re.findall(r"`cifar-(\w+)`", names) == built

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,10 @@ import pytest
 import yaml
 
 from tests import cluster_build
+from tests import cluster_install_steps as steps
 from tests.cluster_build import BUILT_LAYERS as BUILT
 from tests.cluster_build import POPULATE, SHARED_VENDOR, kustomize, walk
+from tests.cluster_install_steps import readme_cluster_steps, readme_commands
 from tests.conftest import REPO_ROOT, SHARED
 from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR
 from tests.test_cluster_vendor import vendor
@@ -314,18 +317,6 @@ def test_the_argo_overlay_patches_a_release_whose_objects_are_namespaced(tmp_pat
     ]
 
 
-def readme_cluster_steps() -> list[tuple[str, list[str]]]:
-    """README "Run it on a cluster": each numbered step's comments and commands."""
-    section = (REPO_ROOT / "README.md").read_text().split("\n## Run it on a cluster\n")[1]
-    block = section.split("\n## ")[0].split("```bash\n")[1].split("```")[0]
-    steps = []
-    for text in re.split(r"\n(?=# \d+\. )", block.strip()):
-        lines = text.splitlines()
-        comments = " ".join(line for line in lines if line.startswith("#"))
-        steps.append((comments, [line for line in lines if line and not line.startswith("#")]))
-    return steps
-
-
 def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster() -> None:
     steps = readme_cluster_steps()
     assert len(steps) >= 5
@@ -391,3 +382,200 @@ def test_cert_manager_renders_as_its_release_and_the_rollout_waits_for_each_depl
     for text in (readme, e2e):
         (waited,) = rollout.findall(text)
         assert {w.removeprefix("deploy/") for w in waited.split()} == deployments
+
+
+# Volcano v1.14.4: the scheduler's actions (pkg/scheduler/actions/) that honour the
+# promises of configs/cluster/scheduling/: reclaim takes back resources from a queue over
+# its share whose Queue is reclaimable (plugins/proportion ReclaimableFn), preempt evicts
+# pods of lower-priority jobs in a queue (plugins/priority PreemptableFn); the release's
+# installer/volcano-development.yaml runs "enqueue, allocate, backfill" only.
+VOLCANO_CONF = "volcano-scheduler.conf"
+PROMISED = {"reclaim": "proportion", "preempt": "priority"}  # action -> plugin it asks
+
+
+def scheduler_conf(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    config = find(list(docs), "ConfigMap", "volcano-scheduler-configmap")
+    assert config["metadata"]["namespace"] == "volcano-system"
+    return yaml.safe_load(config["data"][VOLCANO_CONF])
+
+
+def test_volcano_schedules_with_the_actions_the_scheduling_layer_promises(builds: dict) -> None:
+    """Issue 30, defect 9: the Queue's ``reclaimable: true`` and the PriorityClass's
+    preemption did nothing under the release's actions. The built conf is the release's
+    with reclaim and preempt added (the plugins those actions ask are in its tiers)."""
+    conf = scheduler_conf(builds["cluster"])
+    actions = [a.strip() for a in conf["actions"].split(",")]
+    plugins = {p["name"] for tier in conf["tiers"] for p in tier["plugins"]}
+    for action, plugin in PROMISED.items():
+        assert action in actions and plugin in plugins, (action, conf["actions"])
+    release = [
+        d
+        for d in yaml.load_all(
+            (
+                cluster_build.vendor_source() / "volcano/installer/volcano-development.yaml"
+            ).read_text(),
+            Loader=yaml.CSafeLoader,
+        )
+        if d
+    ]
+    upstream = scheduler_conf(tuple(release))
+    assert conf["tiers"] == upstream["tiers"]
+    assert [a for a in actions if a not in PROMISED] == [
+        a.strip() for a in upstream["actions"].split(",")
+    ]
+    scheduling = {d["kind"]: d for d in builds["scheduling"]}
+    assert scheduling["Queue"]["spec"]["reclaimable"] is True
+    assert scheduling["PriorityClass"]["preemptionPolicy"] == "PreemptLowerPriority"
+
+
+# --- the install sequence: README and e2e.yml, command by command -----------------------
+
+
+LAYER_PATHS = {f"configs/cluster/{path}/".replace("/./", "/"): name for name, path in BUILT.items()}
+E2E = REPO_ROOT / ".github" / "workflows" / "e2e.yml"
+
+
+def e2e_commands(launcher: str) -> list[str]:
+    """The shell lines of e2e.yml's job for one matrix launcher, in order: a step whose
+    ``if`` names another launcher is left out, continuation lines joined."""
+    workflow = yaml.safe_load(E2E.read_text())
+    commands = []
+    for step in workflow["jobs"]["kind"]["steps"]:
+        condition = step.get("if", "")
+        if "run" not in step or ("matrix.launcher ==" in condition and launcher not in condition):
+            continue
+        for line in step["run"].replace("\\\n", " ").splitlines():
+            line = line.strip().replace('"$LAUNCHER"', launcher).replace("$LAUNCHER", launcher)
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def crd_universe(builds: dict) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (d["spec"]["group"], d["spec"]["names"]["kind"]): d
+        for docs in builds.values()
+        for d in docs
+        if d["kind"] == "CustomResourceDefinition"
+    }
+
+
+def install_problems(builds: dict, commands: list[str]) -> list[str]:
+    found = steps.steps(commands, builds, LAYER_PATHS)
+    return steps.problems(found, crd_universe(builds))
+
+
+SEQUENCES = {
+    "README": readme_commands,
+    "e2e-pytorchjob": lambda: e2e_commands("pytorchjob"),
+    "e2e-trainjob": lambda: e2e_commands("trainjob"),
+}
+
+
+@pytest.mark.parametrize("sequence", SEQUENCES)
+def test_every_object_the_install_sends_is_one_the_cluster_takes_by_then(
+    builds: dict, sequence: str
+) -> None:
+    """Issue 30, defects 5 and 7: `apply -k configs/cluster/kserve/` held a
+    ClusterStorageContainer with its own CRD (exit 1 on a fresh cluster, under bash -e in
+    e2e.yml too), the trainer layer a ClusterTrainingRuntime with its CRD ("run it twice"),
+    nothing waited for cert-manager's CA before KServe's Issuer and Certificate, and the
+    TrainJob of configs/cluster.yaml ran on kind's runtime. Each object, the runs' jobs
+    and InferenceServices included, reaches the cluster after its CRD is Established and
+    its webhooks answer, and each TrainJob's runtime is the one rendered from its config."""
+    assert install_problems(builds, SEQUENCES[sequence]()) == []
+
+
+def test_the_sequence_check_finds_what_each_wait_prevents(builds: dict) -> None:
+    """Without each wait of the README (or KServe's CRDs first), some object is refused."""
+    commands = readme_commands()
+    waits = [c for c in commands if c.startswith("kubectl wait --for=")]
+    assert len(waits) >= 5
+    for wait in waits:
+        without = [c for c in commands if c != wait]
+        assert install_problems(builds, without), f"nothing needs {wait!r}"
+    for needed in (
+        "kubectl apply --server-side -k configs/cluster/kserve-crds/",
+        "kubectl -n kubeflow-system rollout status deploy/kubeflow-trainer-controller-manager "
+        "deploy/jobset-controller-manager",
+        "kubectl -n volcano-system rollout status deploy/volcano-admission",
+    ):
+        assert needed in commands
+        assert install_problems(builds, [c for c in commands if c != needed]), needed
+
+
+@pytest.mark.parametrize(
+    ("commands", "wanted"),
+    [
+        pytest.param(
+            ["kubectl apply --server-side -k configs/cluster/kserve/"],
+            "ClusterStorageContainer default ('kubectl apply --server-side -k "
+            "configs/cluster/kserve/'): its CRD clusterstoragecontainers.serving.kserve.io "
+            "comes in the same command",
+            id="crd-in-the-same-command",
+        ),
+        pytest.param(
+            [
+                "kubectl apply --server-side -k configs/cluster/trainer/ || true",
+                "kubectl apply --server-side -k configs/cluster/trainer/",
+            ],
+            "'kubectl apply --server-side -k configs/cluster/trainer/': its failure is ignored "
+            "(|| true)",
+            id="failure-ignored",
+        ),
+        pytest.param(
+            [
+                "kubectl apply --server-side -k configs/cluster/trainer/",
+                "kubectl wait --for=condition=established crd --all",
+                "python flows/cifar.py --config configs/kind.yaml --render-runtime | "
+                "kubectl apply --server-side -f -",
+            ],
+            "ClusterTrainingRuntime cifar-torch-distributed ('python flows/cifar.py --config "
+            "configs/kind.yaml --render-runtime | kubectl apply --server-side -f -'): "
+            "ValidatingWebhookConfiguration validator.trainer.kubeflow.org answers once "
+            "kubeflow-trainer-controller-manager is rolled out",
+            id="webhook-not-rolled-out",
+        ),
+        pytest.param(
+            [
+                "kubectl apply --server-side -k configs/cluster/trainer/",
+                "kubectl wait --for=condition=established crd --all",
+                "kubectl -n kubeflow-system rollout status "
+                "deploy/kubeflow-trainer-controller-manager",
+                "python flows/cifar.py --config configs/kind.yaml --render-runtime | "
+                "kubectl apply --server-side -f -",
+                "python flows/cifar.py --config configs/cluster.yaml "
+                "--set train.launcher=trainjob --submit",
+            ],
+            "'python flows/cifar.py --config configs/cluster.yaml --set "
+            "train.launcher=trainjob --submit': its TrainJob runs on cifar-torch-distributed, "
+            "and the cluster has one rendered from another config",
+            id="runtime-of-another-config",
+        ),
+    ],
+)
+def test_the_sequence_check_names_the_refused_object(
+    builds: dict, commands: list[str], wanted: str
+) -> None:
+    assert wanted in install_problems(builds, commands)
+
+
+def test_the_readmes_gpu_steps_render_the_gpu_configs_runtime() -> None:
+    """Issue 30, defect 7: configs/cluster/trainer/runtime.yaml was kind's (no priority
+    class, /dev/shm 256Mi): the runtime a TrainJob of configs/cluster.yaml runs on comes
+    from that config."""
+    rendered = [c for c in readme_commands() if "--render-runtime" in c]
+    configs = [shlex.split(c)[shlex.split(c).index("--config") + 1] for c in rendered]
+    assert configs == ["configs/kind.yaml", "configs/cluster.yaml"]
+    runtime = steps.rendered_runtime("configs/cluster.yaml", [])
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    pod = pod["template"]["spec"]
+    assert pod["priorityClassName"] == "high-priority"
+    (shm,) = [v for v in pod["volumes"] if v["name"] == "dshm"]
+    assert shm["emptyDir"]["sizeLimit"] == "32Gi"
+    assert not (CLUSTER / "trainer" / "runtime.yaml").exists()
+
+
+def test_the_kserve_crds_layer_is_the_kserve_layers_crds(builds: dict) -> None:
+    crds = [d for d in builds["kserve"] if d["kind"] == "CustomResourceDefinition"]
+    assert list(builds["kserve-crds"]) == crds and len(crds) == 6

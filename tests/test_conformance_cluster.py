@@ -11,6 +11,7 @@ the vendored upstream manifests whenever a checkout has them.
 from __future__ import annotations
 
 import copy
+import shlex
 from functools import cache
 from typing import Any
 
@@ -25,6 +26,7 @@ from flows.manifests import inferenceservice as isvc
 from flows.manifests.pod import config_args, pod_env
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
+from tests.cluster_install_steps import readme_commands, rendered_runtime
 from tests.conftest import REPO_ROOT
 from tests.k8s_rbac import Rbac, Request, ServiceAccount
 from tests.test_flow import run_of
@@ -61,8 +63,20 @@ def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
     return [cifar.build_template(cfg).to_dict(), run_of(cfg), wt.to_dict()]
 
 
+@cache
+def readme_rendered() -> tuple[dict[str, Any], ...]:
+    """What the README renders from a config and applies (the ClusterTrainingRuntime)."""
+    found = []
+    for command in readme_commands():
+        if "--render-runtime" in command:
+            words = shlex.split(command.split("|")[0])
+            config = words[words.index("--config") + 1]
+            found.append(rendered_runtime(config, []))
+    return tuple(found)
+
+
 def created() -> set[tuple[str, str | None, str]]:
-    return {cb.key_of(doc) for doc in own()}
+    return {cb.key_of(doc) for doc in [*own(), *readme_rendered()]}
 
 
 def rbac(*extra: dict[str, Any]) -> Rbac:
@@ -181,10 +195,26 @@ def _resource_requests(cfg: PipelineConfig) -> set[tuple[str, str, str]]:
             assert action in cb.RESOURCE_VERBS, f"{action}: extend the verbs table"
             group, plural = cb.RESOURCES[kind]
             wanted |= {(group, plural, verb) for verb in cb.RESOURCE_VERBS[action]}
+            wanted |= _owner_requests(manifest, group, plural)
         if doc["spec"].get("artifactGC") or any(
             a.get("artifactGC") for t in doc["spec"]["templates"] for a in _artifacts(t)
         ):
             wanted |= {(g, r, v) for (g, r), verbs in cb.ARTIFACT_GC_NEEDS.items() for v in verbs}
+    return wanted
+
+
+def _owner_requests(
+    manifest: dict[str, Any] | None, group: str, plural: str
+) -> set[tuple[str, str, str]]:
+    """What OwnerReferencesPermissionEnforcement asks of whoever creates ``manifest``
+    (tests.cluster_build.OWNED_VERB and OWNER_FINALIZERS_VERB)."""
+    owners = ((manifest or {}).get("metadata") or {}).get("ownerReferences") or []
+    wanted = {(group, plural, cb.OWNED_VERB)} if owners else set()
+    for owner in owners:
+        if owner.get("blockOwnerDeletion"):
+            owner_group = owner["apiVersion"].rpartition("/")[0]
+            owner_plural = cb.OWNER_RESOURCES[(owner_group, owner["kind"])]
+            wanted.add((owner_group, f"{owner_plural}/finalizers", cb.OWNER_FINALIZERS_VERB))
     return wanted
 
 

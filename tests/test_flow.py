@@ -357,13 +357,16 @@ def test_every_pod_runs_as_non_root_without_capabilities(path: Path) -> None:
         assert ctx["capabilities"] == {"drop": ["ALL"]}, where
 
 
-def test_rdma_is_refused_naming_the_field() -> None:
-    """IPC_LOCK added to a container that runs as a non-root uid is not in its effective
-    set (kubernetes/kubernetes#56374), and every pod runs as cluster.run_as_user >= 1: the
-    capability would pin no memory, so the config refuses cluster.rdma rather than render
-    a capability that does nothing."""
-    with pytest.raises(ConfigError, match=r"cluster\.rdma: IPC_LOCK has no effect .*56374"):
-        load_config(REPO_ROOT / "configs" / "cluster.yaml", ["cluster.rdma=true"])
+def test_rdma_is_refused_only_against_nccl_env_naming_the_fields() -> None:
+    """Issue 30 changed this: cluster.rdma renders RDMA as seed 004 runs it
+    (flows/manifests/network.py; tests/test_pytorchjob.py and test_trainjob.py), where it
+    was refused for kubernetes#56374. It is refused where the config contradicts it."""
+    load_config(REPO_ROOT / "configs" / "cluster.yaml", ["cluster.rdma=true"])
+    with pytest.raises(ConfigError, match=r"rdma is true and nccl_env sets NCCL_IB_DISABLE=1"):
+        load_config(
+            REPO_ROOT / "configs" / "cluster.yaml",
+            ["cluster.rdma=true", 'cluster.nccl_env={"NCCL_IB_DISABLE":"1"}'],
+        )
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

@@ -6,6 +6,7 @@ the statuses KServe's reconciler writes (tests/kserve_status.py, which cites the
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from hera.workflows import WorkflowTemplate
+from kubernetes.utils.quantity import parse_quantity
 
 from flows import deploy_step
 from flows.deploy_step import FAILURE, SUCCESS, deploy_templates
@@ -22,8 +24,10 @@ from flows.manifests import inferenceservice as isvc
 from flows.manifests.names import dns1035
 from flows.manifests.pod import config_args
 from steps.common.config import PipelineConfig, load_config
+from tests import cluster_build
 from tests import kserve_status as ks
 from tests.argo_conditions import LABEL_VALUE, outcome, parse
+from tests.cluster_build import POPULATE
 from tests.test_flow import CONFIGS, VALIDATOR
 
 VALUES = {"model-uri": "models:/cifar10-classifier/7", "run-id": "0123456789abcdef" * 2}
@@ -253,3 +257,86 @@ def test_every_service_passes_the_crd(tmp_path: Path) -> None:
     assert done.stdout.strip().endswith(f"{3 * len(CONFIGS)} documents checked, 0 problems")
     # deploy's and rollback-apply's manifests inside each template, checked too
     assert f"({2 * len(CONFIGS)} job manifests from manifestFrom raw" in done.stdout
+
+
+# --- the resources, as KServe defaults them -------------------------------------------------
+
+
+def kserve_defaulted(resources: dict[str, Any], config_map: dict[str, Any]) -> dict[str, Any]:
+    """The predictor container's resources after KServe v0.19.0's mutating webhook
+    (InferenceServiceDefaulter): pkg/apis/serving/v1beta1/predictor_custom.go
+    CustomPredictor.Default calls inference_service_defaults.go
+    setResourceRequirementDefaults, which takes ``resource`` of the ConfigMap's
+    ``inferenceService`` key (configmap.go NewInferenceServicesConfig) and sets each of
+    cpuRequest / memoryRequest / cpuLimit / memoryLimit that is not empty where the
+    container has no value of its own for that resource."""
+    config = json.loads(config_map["data"]["inferenceService"]).get("resource", {})
+    requests = dict(resources.get("requests") or {})
+    limits = dict(resources.get("limits") or {})
+    for key, target, name in (
+        ("cpuRequest", requests, "cpu"),
+        ("memoryRequest", requests, "memory"),
+        ("cpuLimit", limits, "cpu"),
+        ("memoryLimit", limits, "memory"),
+    ):
+        if config.get(key):
+            target.setdefault(name, config[key])
+    return {"requests": requests, "limits": limits}
+
+
+def over_limit(resources: dict[str, Any]) -> list[str]:
+    """What the API server refuses in a container (kubernetes pkg/apis/core/validation
+    validation.go ValidateResourceRequirements: a request above its limit, "must be less
+    than or equal to <resource> limit"; an extended resource's request unequal to it)."""
+    requests, limits = resources["requests"], resources["limits"]
+    problems = []
+    for name, limit in limits.items():
+        if name not in requests:
+            continue
+        request, cap = parse_quantity(requests[name]), parse_quantity(limit)
+        if request > cap or ("/" in name and request != cap):
+            problems.append(f"{name}: request {requests[name]} > limit {limit}")
+    return problems
+
+
+RESOURCE_CASES = {  # name -> overrides; the config's CPU must be the pod's, request and limit
+    "cpu-1": ["serving.cpu=1"],
+    "cpu-2": ["serving.cpu=2", "serving.memory=4Gi"],
+    "cpu-500m": ["serving.cpu=500m"],
+    "gpu": ["serving.gpus=1", "serving.cpu=4", "serving.memory=16Gi"],
+}
+
+
+@pytest.mark.parametrize("case", RESOURCE_CASES)
+def test_kserves_defaults_leave_every_request_within_its_limit(case: str) -> None:
+    """Issue 30, defect 4: with no CPU limit of its own, the webhook gave the server the
+    ConfigMap's ``cpuLimit`` "1": at serving.cpu 2 a request over its limit, which the
+    API server refuses in the predictor's Deployment (KServe reports ReconcileFailed), and
+    at 1 or below a cap the config never asked for."""
+    builds = cluster_build.vendored_builds()
+    if builds is None:
+        pytest.skip(f"KServe's inferenceservice-config comes with the vendored install: {POPULATE}")
+    (config_map,) = [
+        d
+        for d in builds["kserve"]
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "inferenceservice-config"
+    ]
+    assert json.loads(config_map["data"]["inferenceService"])["resource"]["cpuLimit"] == "1"
+    cfg = load_config(None, RESOURCE_CASES[case])
+    service = isvc.build_inferenceservice(cfg, model_uri="models:/m/3", labels={})
+    resources = kserve_defaulted(container(service)["resources"], config_map)
+    assert over_limit(resources) == []
+    s = cfg.serving
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == s.cpu
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == s.memory
+    if s.gpus:
+        assert resources["requests"][isvc.GPU] == resources["limits"][isvc.GPU] == str(s.gpus)
+
+
+def test_the_limit_check_refuses_what_the_api_server_refuses() -> None:
+    assert over_limit({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}) == [
+        "cpu: request 2 > limit 1"
+    ]
+    assert over_limit({"requests": {"cpu": "1500m"}, "limits": {"cpu": "2"}}) == []
+    assert over_limit({"requests": {"memory": "3Gi"}, "limits": {"memory": "2Gi"}})
+    assert over_limit({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}})

@@ -5,6 +5,8 @@ replicas, processes, GPUs, /dev/shm, NCCL environment and Volcano scheduling."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from flows.manifests.names import FlowError, dns1035
 from flows.manifests.pod import EnvSpec
 from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
-from tests.test_flow import CONFIGS, check_golden, job_of
+from tests.test_flow import CONFIGS, VALIDATOR, check_golden, job_of, run_of
 
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 GENERATED = "x7k2p"  # what the API server appends to generateName
@@ -290,3 +292,96 @@ def test_optional_features(overrides: list[str], check: Any) -> None:
 def test_bad_cluster_config_fails_naming_the_field(overrides: list[str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         load_config(REPO_ROOT / "configs" / "smoke.yaml", overrides)
+
+
+# --- RDMA and host networking (flows/manifests/network.py) ----------------------------------
+
+CLUSTER_YAML = REPO_ROOT / "configs" / "cluster.yaml"
+NETWORK_CASES = {  # name -> overrides of configs/cluster.yaml
+    "off": [],
+    "rdma": ["cluster.rdma=true"],
+    "rdma-shared-device": [
+        "cluster.rdma=true",
+        "cluster.rdma_resource=rdma/rdma_shared_device_a",  # NVIDIA network operator
+        "cluster.rdma_devices=2",
+    ],
+    "rdma-node-memlock": ["cluster.rdma=true", "cluster.rdma_memlock=node"],
+    "host-network": ["cluster.host_network=true"],
+    "rdma-host-network": ["cluster.rdma=true", "cluster.host_network=true"],
+}
+BASE_RESOURCES = {"cpu", "memory", "nvidia.com/gpu"}
+
+
+def network_problems(cfg: Any, container: dict[str, Any], pod_spec: dict[str, Any]) -> list[str]:
+    """What a training pod must hold under the config's network settings: the RDMA
+    resource (request = limit, an extended resource), NCCL over InfiniBand, memory locking
+    that takes effect (IPC_LOCK only for uid 0: kubernetes#56374), the node's network with
+    the DNS policy that still resolves Services; none of it when the options are off."""
+    c, problems = cfg.cluster, []
+    wanted = {c.rdma_resource: str(c.rdma_devices)} if c.rdma else {}
+    for part in ("requests", "limits"):
+        extra = {
+            k: str(v) for k, v in container["resources"][part].items() if k not in BASE_RESOURCES
+        }
+        if extra != wanted:
+            problems.append(f"resources.{part}: {extra} != {wanted}")
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    if env.get("NCCL_IB_DISABLE") != ("0" if c.rdma else c.nccl_env.get("NCCL_IB_DISABLE")):
+        problems.append(f"NCCL_IB_DISABLE={env.get('NCCL_IB_DISABLE')}")
+    problems += [f"{k} missing" for k, v in c.nccl_env.items() if env.get(k) != v]
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert pod_spec["securityContext"]["runAsUser"] == c.run_as_user  # the pod's other parts
+    if c.rdma and c.rdma_memlock == "root":
+        held = (security.get("runAsUser"), security["runAsNonRoot"], security["capabilities"])
+        if held != (0, False, {"drop": ["ALL"], "add": ["IPC_LOCK"]}):
+            problems.append(f"memlock as root: {held}")
+    elif security["runAsNonRoot"] is not True or security["capabilities"] != {"drop": ["ALL"]}:
+        problems.append(f"not non-root without capabilities: {security}")
+    network = (pod_spec.get("hostNetwork"), pod_spec.get("dnsPolicy"))
+    if network != ((True, "ClusterFirstWithHostNet") if c.host_network else (None, None)):
+        problems.append(f"hostNetwork, dnsPolicy: {network}")
+    return problems
+
+
+@pytest.mark.parametrize("case", NETWORK_CASES)
+def test_each_network_option_reaches_every_replica_of_the_workflows_job(case: str) -> None:
+    """Issue 30, defect 10: RDMA as seed 004 runs it (rdma/hca, NCCL_IB_DISABLE=0,
+    IPC_LOCK, the host network), opt-in, in the job Argo creates for 2 nodes."""
+    cfg = load_config(CLUSTER_YAML, NETWORK_CASES[case])
+    manifest = job_of(run_of(cfg), nodes="2")
+    assert webhook_problems(manifest) == []
+    specs = manifest["spec"]["pytorchReplicaSpecs"]
+    assert set(specs) == {"Master", "Worker"}
+    for spec in specs.values():
+        pod_spec = spec["template"]["spec"]
+        (container,) = pod_spec["containers"]
+        assert network_problems(cfg, container, pod_spec) == []
+
+
+def test_the_network_check_fails_a_job_without_the_options() -> None:
+    plain = job(CLUSTER_YAML)
+    pod_spec = plain["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    wanted = load_config(CLUSTER_YAML, NETWORK_CASES["rdma-host-network"])
+    assert len(network_problems(wanted, container, pod_spec)) == 5
+
+
+@pytest.mark.skipif(not VALIDATOR.is_file(), reason="../shared (the schema validator) is absent")
+def test_the_rdma_render_passes_the_strict_schema_check(tmp_path: Path, capsys) -> None:
+    """``flows/cifar.py --config configs/cluster.yaml --set cluster.rdma=true --render``
+    (and with the host network), through the strict validator."""
+    from flows import cli
+
+    files = []
+    for extra in (["cluster.rdma=true"], ["cluster.rdma=true", "cluster.host_network=true"]):
+        sets = [a for e in extra for a in ("--set", e)]
+        assert cli.main(["--config", str(CLUSTER_YAML), *sets, "--render"]) == 0
+        files.append(tmp_path / f"render-{len(files)}.yaml")
+        files[-1].write_text(capsys.readouterr().out)
+        assert "rdma/hca: '1'" in files[-1].read_text()
+    done = subprocess.run(
+        [sys.executable, str(VALIDATOR), *map(str, files)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("4 documents checked, 0 problems")

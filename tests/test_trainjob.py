@@ -31,6 +31,7 @@ from tests.test_flow import (
     templates,
 )
 from tests.test_flow_template import NPROC, comparable_job
+from tests.test_pytorchjob import CLUSTER_YAML, NETWORK_CASES, network_problems
 
 TRAINJOB = "train.launcher=trainjob"
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"
@@ -265,7 +266,11 @@ def test_more_processes_than_gpus_is_refused() -> None:
 def test_trainjob_renders_pass_the_strict_schema_check(tmp_path: Path, capsys) -> None:
     files = []
     for path in CONFIGS:
-        for extra in ([], ["cluster.scheduler_name=volcano", "cluster.queue=q", "cluster.pvc=d"]):
+        for extra in (
+            [],
+            ["cluster.scheduler_name=volcano", "cluster.queue=q", "cluster.pvc=d"],
+            ["cluster.rdma=true", "cluster.host_network=true"],
+        ):
             cfg = load_config(path, [TRAINJOB, *extra])
             name = f"{path.stem}-{len(extra)}"
             assert (
@@ -317,3 +322,45 @@ def test_a_local_run_of_a_trainjob_config_runs_the_trainjob(monkeypatch, tmp_pat
     ref = seen["workflow"]["spec"]["workflowTemplateRef"]["name"]
     assert ref == template["metadata"]["name"]
     assert job_of(template)["kind"] == "TrainJob"
+
+
+# --- RDMA and host networking: the TrainJob over its runtime -----------------------------
+
+
+def effective_node_pod(job: dict[str, Any], runtime: dict[str, Any]) -> tuple[dict, dict]:
+    """The node container and pod spec a TrainJob's pods get: the runtime's pod, the
+    trainer's env and resourcesPerNode in its container, the patch's container
+    securityContext over the runtime's (Trainer v2.3.0 pkg/runtime/core/trainingruntime.go
+    mergeRuntimePatches: a strategic merge, containers by name)."""
+    (replicated,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    pod_spec = replicated["template"]["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    trainer = job["spec"]["trainer"]
+    container = {**container, "env": trainer["env"], "resources": trainer["resourcesPerNode"]}
+    (patch,) = job["spec"]["runtimePatches"]
+    (patched,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    patched_pod = patched["template"]["spec"]["template"].get("spec") or {}
+    for item in patched_pod.get("containers", []):
+        assert item["name"] == container["name"] and set(item) == {"name", "securityContext"}
+        container["securityContext"] = {**container["securityContext"], **item["securityContext"]}
+    return container, pod_spec
+
+
+@pytest.mark.parametrize("case", NETWORK_CASES)
+def test_each_network_option_reaches_the_trainjobs_pods(case: str) -> None:
+    """Issue 30, defect 10, for train.launcher=trainjob: the TrainJob the workflow creates
+    and the runtime the README renders from the same config; the TrainJob alone already
+    locks memory as root (a ContainerPatch takes a securityContext), the node's network is
+    the runtime's (a PodSpecPatch has no hostNetwork)."""
+    cfg = load_config(CLUSTER_YAML, [TRAINJOB, *NETWORK_CASES[case]])
+    job = job_of(build_template(cfg).to_dict())
+    runtime = trainjob.to_manifest(trainjob.build_runtime(cfg, labels(cfg)))
+    container, pod_spec = effective_node_pod(job, runtime)
+    assert network_problems(cfg, container, pod_spec) == []
+    # on a runtime rendered without RDMA, the TrainJob still runs its node as it must
+    plain = trainjob.to_manifest(trainjob.build_runtime(load_config(CLUSTER_YAML, []), {}))
+    container, _ = effective_node_pod(job, plain)
+    (runtime_container,) = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"][
+        "spec"
+    ]["template"]["spec"]["containers"]
+    assert container["securityContext"] == runtime_container["securityContext"]

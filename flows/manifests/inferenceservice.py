@@ -54,9 +54,15 @@ def server_settings(settings: list[str]) -> list[str]:
 
 
 def _resources(cfg: PipelineConfig) -> k8s.V1ResourceRequirements:
+    """Requests and limits both set, CPU included: KServe's defaulting webhook fills any
+    limit the container leaves out from inferenceservice-config's ``inferenceService.resource``
+    (kserve v0.19.0 pkg/apis/serving/v1beta1/predictor_custom.go CustomPredictor.Default ->
+    inference_service_defaults.go setResourceRequirementDefaults; ``cpuLimit: "1"`` in the
+    installed ConfigMap), which would cap the server at one CPU and make a ``serving.cpu``
+    above 1 a request over its limit, a Deployment the API server refuses."""
     s = cfg.serving
     requests: dict[str, str] = {"cpu": s.cpu, "memory": s.memory}
-    limits: dict[str, str] = {"memory": s.memory}
+    limits: dict[str, str] = {"cpu": s.cpu, "memory": s.memory}
     if s.gpus:  # extended resources: request and limit must be equal
         requests[GPU] = limits[GPU] = str(s.gpus)
     return k8s.V1ResourceRequirements(requests=requests, limits=limits)

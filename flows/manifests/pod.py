@@ -115,9 +115,9 @@ def pod_env(cfg: PipelineConfig) -> list[EnvSpec]:
 def container_security(cfg: PipelineConfig) -> dict[str, Any]:
     """Container securityContext (Kubernetes JSON): no root, no escalation, no capabilities.
 
-    No IPC_LOCK for RDMA either: a capability added to a container that runs as a non-root
-    uid is not in its effective set (kubernetes/kubernetes#56374), so it would pin no
-    memory; ``cluster.rdma`` is refused by the config for that reason."""
+    The one exception is the training container with RDMA locking memory as root
+    (flows/manifests/network.py training_security: a capability added to a container that
+    runs as a non-root uid is not in its effective set, kubernetes/kubernetes#56374)."""
     return {
         "allowPrivilegeEscalation": False,
         "runAsNonRoot": True,

@@ -23,12 +23,12 @@ from kubeflow.training import models as kf
 from kubeflow.training.constants import constants
 from kubernetes import client as k8s
 
+from flows.manifests import network
 from flows.manifests.names import MAX_NAME, FlowError, dns1035
 from flows.manifests.pod import (
     DATA_VOLUME,
     ISTIO_INJECT,
     EnvSpec,
-    container_security,
     fill_sentinels,
     pod_security,
     sentinel,
@@ -92,14 +92,17 @@ def _quantities(cfg: PipelineConfig) -> k8s.V1ResourceRequirements:
     limits: dict[str, Any] = {"memory": c.memory}
     if c.gpus_per_node:
         requests[GPU] = limits[GPU] = str(c.gpus_per_node)
+    requests |= network.rdma_resources(cfg)
+    limits |= network.rdma_resources(cfg)
     return k8s.V1ResourceRequirements(requests=requests, limits=limits)
 
 
 def _security(cfg: PipelineConfig) -> k8s.V1SecurityContext:
-    spec = container_security(cfg)
+    spec = network.training_security(cfg)
     return k8s.V1SecurityContext(
         allow_privilege_escalation=spec["allowPrivilegeEscalation"],
         run_as_non_root=spec["runAsNonRoot"],
+        run_as_user=spec.get("runAsUser"),
         capabilities=k8s.V1Capabilities(**spec["capabilities"]),
         seccomp_profile=k8s.V1SeccompProfile(type=spec["seccompProfile"]["type"]),
     )
@@ -119,8 +122,9 @@ def _pod_security(cfg: PipelineConfig) -> k8s.V1PodSecurityContext:
 def build_container(
     cfg: PipelineConfig, *, image: str, args: list[str], env: list[EnvSpec]
 ) -> k8s.V1Container:
-    """The ``pytorch`` container: torchrun, resources, /dev/shm, NCCL environment."""
-    nccl = [EnvSpec(name, value) for name, value in sorted(cfg.cluster.nccl_env.items())]
+    """The ``pytorch`` container: torchrun, resources, /dev/shm, NCCL environment (and
+    RDMA's: flows/manifests/network.py)."""
+    nccl = network.nccl_env(cfg)
     mounts = [k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm")]
     if cfg.cluster.pvc:
         mounts.append(k8s.V1VolumeMount(name=DATA_VOLUME, mount_path=cfg.cluster.pvc_mount_path))
@@ -153,11 +157,14 @@ def build_pod_template(
         claim = k8s.V1PersistentVolumeClaimVolumeSource(claim_name=c.pvc)
         volumes.append(k8s.V1Volume(name=DATA_VOLUME, persistent_volume_claim=claim))
     annotations = {} if c.istio_inject else {ISTIO_INJECT: "false"}
+    host = network.pod_network(cfg)
     return k8s.V1PodTemplateSpec(
         metadata=k8s.V1ObjectMeta(labels=dict(labels), annotations=annotations or None),
         spec=k8s.V1PodSpec(
             containers=[container],
             volumes=volumes,
+            host_network=host.get("hostNetwork"),
+            dns_policy=host.get("dnsPolicy"),
             node_selector=dict(c.node_selector) or None,
             tolerations=[toleration(t) for t in c.tolerations] or None,
             scheduler_name=c.scheduler_name,

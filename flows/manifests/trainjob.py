@@ -25,12 +25,12 @@ import kubeflow_trainer_api.models as tm
 import yaml
 from kubernetes import client as k8s
 
+from flows.manifests import network
 from flows.manifests.names import MAX_NAME, FlowError, dns1035
 from flows.manifests.pod import (
     DATA_VOLUME,
     ISTIO_INJECT,
     EnvSpec,
-    container_security,
     fill_sentinels,
     pod_security,
     sentinel,
@@ -85,11 +85,12 @@ def runtime_pod(cfg: PipelineConfig) -> dict[str, Any]:
         "image": cfg.images.image("train"),
         "imagePullPolicy": cfg.images.pull_policy,
         "volumeMounts": mounts,
-        "securityContext": container_security(cfg),
+        "securityContext": network.training_security(cfg),
     }
     spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
+        **network.pod_network(cfg),
         "restartPolicy": "OnFailure",  # a restarted pod resumes from the newest checkpoint
         "securityContext": pod_security(cfg),
         "automountServiceAccountToken": False,
@@ -150,6 +151,8 @@ def _resources(cfg: PipelineConfig, gpus: str) -> dict[str, Any]:
     limits: dict[str, Any] = {"memory": c.memory}
     if gpus != "0":
         requests[GPU] = limits[GPU] = gpus
+    requests |= network.rdma_resources(cfg)
+    limits |= network.rdma_resources(cfg)
     return {"requests": requests, "limits": limits}
 
 
@@ -163,10 +166,20 @@ def runtime_patch(cfg: PipelineConfig, labels: dict[str, str]) -> tm.TrainerV1al
     own metadata (pkg/runtime/core/trainingruntime.go newRuntimeInfo; plugins/volcano
     Build). A PodSpecPatch takes nodeSelector and tolerations but no priorityClassName or
     schedulerName (pkg/apis/trainer/v1alpha1/trainjob_types.go PodSpecPatch): those stay
-    the runtime's."""
+    the runtime's, as do hostNetwork and dnsPolicy (cluster.host_network). Its ContainerPatch
+    takes a securityContext, merged into the runtime's by strategic merge
+    (pkg/runtime/core/trainingruntime.go mergeRuntimePatches): with RDMA locking memory as
+    root, the node container is uid 0 with IPC_LOCK whatever the runtime says."""
     c = cfg.cluster
     pod: dict[str, Any] = {"metadata": {"labels": dict(labels)}}
-    placement = {"nodeSelector": dict(c.node_selector), "tolerations": list(c.tolerations)}
+    placement: dict[str, Any] = {
+        "nodeSelector": dict(c.node_selector),
+        "tolerations": list(c.tolerations),
+    }
+    if network.locks_memory_as_root(cfg):  # RDMA's memlock, whatever the runtime's container
+        placement["containers"] = [
+            {"name": NODE, "securityContext": network.training_security(cfg)}
+        ]
     if any(placement.values()):
         pod["spec"] = {k: v for k, v in placement.items() if v}
     replicated = {"name": NODE, "template": {"spec": {"template": pod}}}
@@ -192,7 +205,7 @@ def build_trainjob(
     """The TrainJob; ``nodes``, ``nproc`` and ``gpus`` default to the config's values;
     ``owner``: its ownerReference (the workflow), as Kubernetes JSON."""
     c = cfg.cluster
-    nccl = [EnvSpec(name, value) for name, value in sorted(c.nccl_env.items())]
+    nccl = network.nccl_env(cfg)
     trainer = tm.TrainerV1alpha1Trainer.from_dict(
         {
             "image": cfg.images.image("train"),

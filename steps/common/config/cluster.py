@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from steps.common.config.fields import (
     CronName,
@@ -17,6 +18,24 @@ from steps.common.config.fields import (
     Timezone,
 )
 from steps.common.version import package_version
+
+# An extended resource a device plugin advertises: a domain-prefixed name outside
+# kubernetes.io (kubernetes pkg/apis/core/helper IsExtendedResourceName), e.g. rdma/hca.
+EXTENDED_RESOURCE = re.compile(
+    r"(?!(?:[^/]*\.)?kubernetes\.io/)(?!requests\.)"
+    r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+
+
+def _extended_resource(value: str) -> str:
+    if not EXTENDED_RESOURCE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an extended resource name, e.g. rdma/hca, rdma/rdma_shared_device_a"
+        )
+    return value
+
+
+ExtendedResource = Annotated[str, AfterValidator(_extended_resource)]
 
 
 class ClusterConfig(Section):
@@ -33,8 +52,24 @@ class ClusterConfig(Section):
     node_selector: dict[str, str] = Field(default_factory=dict, description="pod nodeSelector")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="tolerations")
     nccl_env: dict[str, str] = Field(default_factory=dict, description="NCCL_* variables")
+    # RDMA (InfiniBand / RoCE) for NCCL, as flows/manifests/network.py renders it
     rdma: bool = Field(
-        False, description="refused: IPC_LOCK has no effect for a non-root uid (see README)"
+        False, description="training pods get RDMA: the device plugin's resource, NCCL over IB"
+    )
+    rdma_resource: ExtendedResource = Field(
+        "rdma/hca",
+        description="the RDMA device plugin's resource (NVIDIA network operator: "
+        "rdma/rdma_shared_device_a)",
+    )
+    rdma_devices: int = Field(1, ge=1, description="of rdma_resource per training pod")
+    rdma_memlock: Literal["root", "node"] = Field(
+        "root",
+        description="RDMA's locked memory: root (the training container as uid 0 with IPC_LOCK)"
+        " or node (non-root; the nodes' container runtime gives unlimited memlock)",
+    )
+    host_network: bool = Field(
+        False,
+        description="training pods on their node's network (dnsPolicy ClusterFirstWithHostNet)",
     )
     istio_inject: bool = Field(False, description="allow an Istio sidecar in job pods")
     scheduler_name: str | None = Field(None, description="pod schedulerName, e.g. volcano")
@@ -93,18 +128,14 @@ class ClusterConfig(Section):
                 raise ValueError(f"[{i}] has {unknown}; allowed keys: {sorted(allowed)}")
         return value
 
-    @field_validator("rdma")
-    @classmethod
-    def _no_rdma_capability(cls, value: bool) -> bool:
-        # Every pod runs as run_as_user (>= 1): a capability added to a non-root container
-        # is not effective (kubernetes/kubernetes#56374), so IPC_LOCK could pin no memory.
-        if value:
+    @model_validator(mode="after")
+    def _rdma_with_ib(self) -> ClusterConfig:
+        if self.rdma and self.nccl_env.get("NCCL_IB_DISABLE", "0") != "0":
             raise ValueError(
-                "IPC_LOCK has no effect in a non-root container (kubernetes#56374) and every "
-                "pod runs as cluster.run_as_user; give RDMA pods unlimited memlock through the "
-                "node's container runtime and the RDMA device plugin, and leave rdma false"
+                f"rdma is true and nccl_env sets NCCL_IB_DISABLE="
+                f"{self.nccl_env['NCCL_IB_DISABLE']}: drop it (rdma sets 0) or set rdma false"
             )
-        return value
+        return self
 
     @model_validator(mode="after")
     def _gang_and_elastic(self) -> ClusterConfig:

@@ -17,7 +17,7 @@ class ServingConfig(Section):
     name: KubeName = Field("cifar10-classifier", description="InferenceService name")
     min_replicas: int = Field(1, ge=0, description="predictor replicas at least (0: scale to 0)")
     max_replicas: int = Field(1, ge=1, description="predictor replicas at most")
-    cpu: Quantity = Field("1", description="CPU request of a predictor pod")
+    cpu: Quantity = Field("1", description="CPU request and limit of a predictor pod")
     memory: Quantity = Field("2Gi", description="memory request and limit of a predictor pod")
     gpus: int = Field(0, ge=0, description="nvidia.com/gpu of a predictor pod (0: none)")
     node_selector: dict[str, str] = Field(

@@ -3,16 +3,17 @@ InferenceService (flows/manifests/inferenceservice.py).
 
 - ``deploy``: ``kubectl apply`` of the service for the ``model-uri`` input (labelled with
   the MLflow ``run-id`` and the ``model-version``); it succeeds when the service is Ready
-  and fails on a failed rollout or at its deadline, ``serving.ready_timeout_s``; its outputs are the in-cluster ``url``
-  (``status.address.url``) and the ``external-url`` (``status.url``). No ownerReference:
-  the service outlives the workflow.
+  and fails on a failed rollout or at its deadline, ``serving.ready_timeout_s``; its
+  outputs are the in-cluster ``url`` (``status.address.url``) and the ``external-url``
+  (``status.url``). No ownerReference: the service outlives the workflow.
 - ``rollback-apply``: the same service for the registry version ``previous-version``.
-- ``rollback-delete``: deletes the service (a first deployment that failed its check).
+- ``rollback-delete``: deletes the service (a first deployment that failed).
 
 Argo (v4.0.5 workflow/executor/resource.go) runs an apply as ``kubectl apply -f manifest
 -o json``, then GETs the object at once and every 5 s after until a condition holds
-(WaitResource: ``wait.PollUntilContextCancel(ctx, 5s, true, ...)``, immediate; matchConditions:
-any failure requirement fails the step, all success requirements succeed it), then ``kubectl get -o jsonpath`` for each output (SaveResourceParameters).
+(WaitResource: ``wait.PollUntilContextCancel(ctx, 5s, true, ...)``, immediate;
+matchConditions: any failure requirement fails the step, all success requirements
+succeed it), then ``kubectl get -o jsonpath`` for each output (SaveResourceParameters).
 
 Where the conditions look: KServe v0.19.0 keeps ``status.conditions`` sorted by type
 (knative.dev/pkg apis/condition_set.go SetCondition sorts them). A Standard-mode service
@@ -21,12 +22,13 @@ pkg/apis/serving/v1beta1/inference_service_status.go, initialised before any sta
 by controller.go Reconcile) and Stopped (set by Reconcile after the components): so Ready
 is at index 2 and PredictorReady at index 1. A label selector cannot search a list.
 
-Known limit: Argo's first GET comes right after the apply, before KServe has reconciled the new spec, so on a re-apply over a
-service that was Ready (a new champion, a rollback) it reads the previous version's Ready
-and succeeds; the conditions cannot compare generations (KServe's
-status.observedGeneration is its Deployment's). So ``serve-check`` is the gate: it waits
-up to ``serving.ready_timeout_s`` (this step's deadline too) for the endpoint to serve
-the version deployed, and a failure of either step rolls back (flows/serve_tasks.py).
+Known limit: Argo's first GET comes right after the apply, before KServe has reconciled
+the new spec, so on a re-apply over a service that was Ready (a new champion, a rollback)
+it reads the previous version's Ready and succeeds; the conditions cannot compare
+generations (KServe's status.observedGeneration is its Deployment's). So ``serve-check``
+is the gate: it waits up to ``serving.ready_timeout_s`` (this step's deadline too) for the
+endpoint to serve the version deployed, and a failure of either step rolls back
+(flows/serve_tasks.py).
 """
 
 from __future__ import annotations

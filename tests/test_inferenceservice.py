@@ -161,8 +161,11 @@ def test_the_rollback_delete_names_the_service_and_waits_for_nothing_else() -> N
 
 def _ready(name: str, ns: str) -> ks.Rollout:
     """A first rollout that completed: the previous version Ready."""
-    return ks.Rollout(name, ns).apply().deployment(ks.NEW, ["running"]).deployment(
-        ks.COMPLETE, ["ready"]
+    return (
+        ks.Rollout(name, ns)
+        .apply()
+        .deployment(ks.NEW, ["running"])
+        .deployment(ks.COMPLETE, ["ready"])
     )
 
 

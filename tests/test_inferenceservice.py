@@ -323,3 +323,25 @@ def test_every_service_passes_the_crd(tmp_path: Path) -> None:
     assert done.stdout.strip().endswith(f"{3 * len(CONFIGS)} documents checked, 0 problems")
     # deploy's and rollback-apply's manifests inside each template, checked too
     assert f"({2 * len(CONFIGS)} job manifests from manifestFrom raw" in done.stdout
+
+
+def test_scale_to_zero_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """serving.min_replicas 0 was documented as scale to zero, but KServe v0.19.0's
+    Standard mode raises an HPA's minReplicas below 1 to 1 (reconcilers/hpa/
+    hpa_reconciler.go createHPA, constants.DefaultMinReplicas): refused in one line, exit 2,
+    before anything renders."""
+    from steps.common.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"serving\.min_replicas: .*never scales to zero"):
+        load_config(None, ["serving.min_replicas=0"])
+    cifar = Path(__file__).resolve().parents[1] / "flows" / "cifar.py"
+    done = subprocess.run(
+        [sys.executable, str(cifar), "--render", "--set", "serving.min_replicas=0"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert "serving.min_replicas" in line and "use 1 or more" in line, line
+    assert load_config(None, ["serving.min_replicas=1"]).serving.min_replicas == 1

@@ -106,14 +106,15 @@ def rolled_back_before(cfg: PipelineConfig, promotion: dict[str, Any]) -> str | 
     alias = str(promotion.get("alias") or cfg.benchmark.alias)
     version = str(promotion["version"])
     client = mlflow.MlflowClient()
-    holder, reason = alias_holder(client, name, alias), None
-    if holder == version:
-        try:
-            reason = client.get_model_version(name, version).tags.get(ROLLBACK_TAG)
-        except MlflowException as exc:
+    holder = alias_holder(client, name, alias)
+    try:
+        reason = client.get_model_version(name, version).tags.get(ROLLBACK_TAG)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise RollbackError(f"cannot read {name} v{version}: {exc.message}") from None
-        if not reason:
-            return None
+        reason = None  # not in this registry: it holds no alias either
+    if holder == version and not reason:
+        return None
     where = f"v{holder}" if holder else "no version"
     why = f" (rolled back: {reason})" if reason else ""
     return (

@@ -31,10 +31,14 @@ def container_step(
     settings: Sequence[str],
     gpus: int = 0,
     tracking: bool = False,
+    final_exit_codes: Sequence[int] = (),
     **extra: Any,
 ) -> Container:
     """A container template running one step's CLI (``python -m <module> <args>``) in its
-    versioned image; ``tracking``: a small MLflow bookkeeping step."""
+    versioned image; ``tracking``: a small MLflow bookkeeping step. A fault is retried
+    (``cluster.retry_limit``, backoff doubling), whatever ended the attempt, except an
+    exit with one of ``final_exit_codes``: the step's verdict, which a retry would only
+    repeat or, worse, overturn (``retry_expression``)."""
     c = cfg.cluster
     if tracking:
         resources, deadline = TRACKING_RESOURCES, TRACKING_DEADLINE_S
@@ -66,12 +70,25 @@ def container_step(
             limit=c.retry_limit,
             retry_policy="Always",
             backoff=m.Backoff(duration=c.retry_backoff, factor=2),
+            expression=retry_expression(final_exit_codes),
         ),
         active_deadline_seconds=deadline,
         labels={f"{APP}/step": name},
         **placement,
         **extra,
     )
+
+
+def retry_expression(final_exit_codes: Sequence[int]) -> str | None:
+    """``retryStrategy.expression`` retrying every attempt but one that exited with a final
+    code. Argo (v4.0.5 workflow/controller/operator.go processNodeRetries) evaluates it
+    after the limit and backoff allow a retry, with ``lastRetry.exitCode`` a string, "-1"
+    when the pod reported none (buildRetryStrategyLocalScope); with ``retryPolicy:
+    Always`` a pod's Error is retried too."""
+    if not final_exit_codes:
+        return None
+    codes = ", ".join(f"'{code}'" for code in final_exit_codes)
+    return f"!(lastRetry.exitCode in [{codes}])"
 
 
 def file_output(name: str, file: str, global_name: str | None = None) -> Parameter:

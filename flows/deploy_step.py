@@ -3,14 +3,15 @@ InferenceService (flows/manifests/inferenceservice.py).
 
 - ``deploy``: ``kubectl apply`` of the service for the ``model-uri`` input (labelled with
   the MLflow ``run-id`` and the ``model-version``); it succeeds when the service is Ready
-  and fails on a failed rollout; its outputs are the in-cluster ``url``
-  (``status.address.url``) and the ``external-url`` (``status.url``). No ownerReference:
-  the service outlives the workflow.
+  and fails on a failed rollout or at its deadline, ``serving.ready_timeout_s``; its
+  outputs are the in-cluster ``url`` (``status.address.url``) and the ``external-url``
+  (``status.url``). No ownerReference: the service outlives the workflow.
 - ``rollback-apply``: the same service for the registry version ``previous-version``.
-- ``rollback-delete``: deletes the service (a first deployment that failed its check).
+- ``rollback-delete``: deletes the service (a first deployment that failed).
 
 Argo (v4.0.5 workflow/executor/resource.go) runs an apply as ``kubectl apply -f manifest
--o json``, then GETs the object every 5 s until a condition holds (WaitResource,
+-o json``, then GETs the object at once and every 5 s after until a condition holds
+(WaitResource: ``wait.PollUntilContextCancel(ctx, 5s, true, ...)``, immediate;
 matchConditions: any failure requirement fails the step, all success requirements
 succeed it), then ``kubectl get -o jsonpath`` for each output (SaveResourceParameters).
 
@@ -23,9 +24,11 @@ is at index 2 and PredictorReady at index 1. A label selector cannot search a li
 
 Known limit: Argo's first GET comes right after the apply, before KServe has reconciled
 the new spec, so on a re-apply over a service that was Ready (a new champion, a rollback)
-it can read the previous version's Ready; the conditions cannot compare generations
-(KServe's status.observedGeneration is its Deployment's). What reads the endpoint next
-must make sure it answers for the version deployed.
+it reads the previous version's Ready and succeeds; the conditions cannot compare
+generations (KServe's status.observedGeneration is its Deployment's). So ``serve-check``
+is the gate: it waits up to ``serving.ready_timeout_s`` (this step's deadline too) for the
+endpoint to serve the version deployed, and a failure of either step rolls back
+(flows/serve_tasks.py).
 """
 
 from __future__ import annotations
@@ -47,21 +50,26 @@ RESOURCE = "inferenceservices.serving.kserve.io"  # kubectl's name of the kind
 READY_AT = 2  # IngressReady, PredictorReady, Ready, Stopped
 PREDICTOR_AT = 1
 SUCCESS = f"status.conditions.{READY_AT}.type == Ready, status.conditions.{READY_AT}.status == True"
-# A failed rollout, as KServe v0.19.0 reports it (inference_service_status.go):
-# - PropagateRawStatus copies the predictor Deployment's conditions into PredictorReady:
-#   ReplicaFailure True (reason FailedCreate: its pods are refused, e.g. by quota or pod
-#   security; kubernetes pkg/controller/replicaset calculateStatus, copied by
-#   deployment/progress.go getReplicaFailures) wins over all; Progressing False
-#   (ProgressDeadlineExceeded, kubernetes deployment/util TimedOutReason) shows while the
-#   previous pods stay Available (while none is, Available False's
-#   MinimumReplicasUnavailable wins, as during every first rollout: no failure);
-# - PropagateModelStatus marks targetModelState FailedToLoad when kserve-container has
-#   terminated with Error or waits in CrashLoopBackOff.
-# Pods that never start (no node fits) show none of these: the deadline ends the step.
-FAILURE = (
-    f"status.conditions.{PREDICTOR_AT}.reason in (FailedCreate, ProgressDeadlineExceeded), "
-    "status.modelStatus.states.targetModelState == FailedToLoad"
-)
+# A failed rollout, as KServe v0.19.0 reports it: PropagateRawStatus
+# (inference_service_status.go) copies the predictor Deployment's conditions into
+# PredictorReady: ReplicaFailure True (reason FailedCreate: its pods are refused, e.g. by
+# quota or pod security; kubernetes pkg/controller/replicaset calculateStatus, copied by
+# deployment/progress.go getReplicaFailures) wins over all; Progressing False
+# (ProgressDeadlineExceeded, kubernetes deployment/util TimedOutReason, after the
+# Deployment's progressDeadlineSeconds, 600 s: KServe's deployment_reconciler.go
+# setDefaultDeploymentSpec) shows while the previous pods stay Available (while none is,
+# Available False's MinimumReplicasUnavailable wins, as during every first rollout: no
+# failure).
+# Not read: modelStatus's FailedToLoad (PropagateModelStatus). KServe reconciles a pod's
+# change only when its init containers' statuses change (controller.go
+# podInitContainersPredicate; this predictor has none), so a crash-looping kserve-container
+# is read only at a reconcile the Deployment starts (its progress deadline), from
+# podList.Items[0] in no set order; and a FailedToLoad so written stays in the status that
+# Argo's first GET after a later apply reads. A crash-looping first deployment, and pods
+# that never start (no node fits), are therefore learnt of by the step's deadline,
+# serving.ready_timeout_s; a crash-looping update by serve-check, which waits as long for
+# the new version (flows/serve_tasks.py), or by ProgressDeadlineExceeded.
+FAILURE = f"status.conditions.{PREDICTOR_AT}.reason in (FailedCreate, ProgressDeadlineExceeded)"
 
 
 class ServingTemplates(NamedTuple):

@@ -1,8 +1,9 @@
 """The pipeline's exit handler, run whatever happened: ``close-run`` ends the MLflow run
-with the workflow's status and copies the run's pictures out as artifacts; unless the
-workflow Succeeded (it failed, or ``argo stop`` stopped it), ``delete-train-job`` deletes
-the run's training job now, so its pods free their GPUs before the workflow's TTL would
-take the job with it (``flows.train_step.delete_template``)."""
+with the workflow's status and copies the run's pictures out as artifacts; when training
+itself did not succeed (its job failed, or ``argo stop`` stopped the run while it
+trained), ``delete-train-job`` deletes the run's training job now, so its pods free their
+GPUs before the workflow's TTL would take the job with it (``flows.train_step``
+``delete_template``, ``delete_when``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hera.workflows import models as m
 
 from flows.container_step import container_step
 from flows.manifests.pod import OUTPUTS_DIR
-from flows.train_step import delete_template
+from flows.train_step import delete_template, delete_when
 from steps.common.config import PipelineConfig
 
 EXIT_HANDLER = "exit-handler"
@@ -58,4 +59,4 @@ def define_exit_handler(
     delete_job = delete_template(cfg)
     with DAG(name=EXIT_HANDLER):
         close_run(name=CLOSE_RUN)
-        delete_job(name=DELETE_JOB, when="{{workflow.status}} != Succeeded")
+        delete_job(name=DELETE_JOB, when=delete_when())

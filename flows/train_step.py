@@ -124,6 +124,25 @@ def train_template(
     )
 
 
+def delete_when() -> str:
+    """The exit handler's ``when`` for ``delete-train-job``: the workflow did not succeed
+    and training itself did not either (a failed job, its step's deadline, a run stopped
+    while it trained). A job that succeeded is kept, whatever failed after it: its
+    finished pods hold the only copy of the ranks' logs (``archiveLogs`` keeps Argo's pods'
+    logs only), and they hold no GPU.
+
+    Argo gives the exit handler no ``tasks.*``; ``workflow.failures`` lists every Failed
+    or Errored node with its ``templateName`` (v4.0.5 workflow/controller/operator.go,
+    after the entrypoint: JSON, then ``strconv.Quote``-d, so inside the expression the
+    quotes around names come with a backslash). An expression tag reads it from the
+    environment rather than as text substituted into govaluate, whose strings a node's
+    message (``Stopped with strategy 'Stop'``) would break; the pattern allows the
+    characters between key and name to be either form."""
+    names = "|".join(name for name in (MULTINODE, "train"))
+    pattern = f"templateName[^a-z]+({names})[^a-z-]"
+    return f"{{{{=workflow.status != 'Succeeded' && workflow.failures matches '{pattern}'}}}}"
+
+
 def delete_template(cfg: PipelineConfig) -> Resource:
     """The exit handler's delete of this run's training job, found by Argo's workflow label
     (the exit handler cannot read the train step's ``job-name``; a run stopped before the

@@ -19,6 +19,20 @@ Unknown unless a dependent is False; MarkTrue makes Ready True when every depend
 
 The Deployment's conditions are Kubernetes' (pkg/controller/deployment sync.go
 calculateStatus, progress.go syncRolloutStatus; util/deployment_util.go reasons).
+
+When a reconcile happens (``Rollout``), from kserve v0.19.0 controller.go
+SetupWithManager: on a change of the InferenceService itself (``For``), of its Deployment
+or Service (``Owns``), and of one of its pods only where the pod's init containers'
+statuses changed (``Watches(&corev1.Pod{})`` with ``podInitContainersPredicate``). The
+predictor here is one custom container with no ``storageUri``, so its pods have no init
+container (no storage initializer): a kserve-container that crashes or waits in
+CrashLoopBackOff changes neither an init container status nor the Deployment's status (its
+ReplicaSet's counts stay as they were once the pod was created), and nothing is written.
+The next reconcile comes with the Deployment's own next change: its Progressing condition
+turning False at ``progressDeadlineSeconds`` (600 s: reconcilers/deployment/
+deployment_reconciler.go setDefaultDeploymentSpec), or the rollout completing.
+PropagateModelStatus reads ``podList.Items[0]``, in the cache's order: with an old and a
+new pod during an update either may be read.
 """
 
 from __future__ import annotations
@@ -75,7 +89,7 @@ def propagate_raw(status: dict[str, Any], deployment: dict[str, tuple[str, str]]
 
 def propagate_model(status: dict[str, Any], pods: list[str]) -> None:
     """PropagateModelStatus: ``pods`` is the kserve-container state of each pod (the first
-    one is read): running, ready, error (terminated), crash-loop."""
+    one is read): pending, running, ready, error (terminated), crash-loop."""
     model = status.setdefault("modelStatus", {"transitionStatus": "UpToDate"})
     model["copies"] = {"failedCopies": 0, "totalCopies": pods.count("ready")}
 
@@ -117,6 +131,47 @@ def reconcile(
     status["address"] = {"url": f"http://{name}-predictor.{namespace}.svc.cluster.local"}
     mark(status, "IngressReady", "True")
     return status
+
+
+class Rollout:
+    """One InferenceService over time, its status written only by the reconciles the
+    controller's watches start (see above): ``apply`` (a spec change), ``deployment`` (the
+    Deployment controller wrote a new status), ``pods`` (a kserve-container's state
+    changed: no reconcile). ``status`` is what a GET reads at any moment."""
+
+    def __init__(self, name: str = "cifar10-classifier", namespace: str = "argo") -> None:
+        self.name, self.namespace = name, namespace
+        self.status: dict[str, Any] = {}
+        self.conditions: dict[str, tuple[str, str]] = {}  # the Deployment's, type -> ...
+        self.pod_states: list[str] = []
+        self.reconciles = 0
+
+    def _reconcile(self) -> None:
+        self.reconciles += 1
+        reconcile(self.status, self.name, self.namespace, self.conditions, self.pod_states)
+
+    def apply(self) -> Rollout:
+        """``kubectl apply`` of a new spec: the For() watch reconciles at once (the
+        Deployment, if new, has no status yet)."""
+        self._reconcile()
+        return self
+
+    def deployment(self, conditions: dict[str, tuple[str, str]], pods: list[str]) -> Rollout:
+        """The Deployment controller writes ``conditions`` (its ReplicaSets' pods being
+        ``pods``): the Owns() watch reconciles when the Deployment's status changed."""
+        changed = conditions != self.conditions or len(pods) != len(self.pod_states)
+        self.conditions, self.pod_states = dict(conditions), list(pods)
+        if changed:
+            self._reconcile()
+        return self
+
+    def pods(self, states: list[str]) -> Rollout:
+        """A kserve-container crashes, restarts or waits in CrashLoopBackOff (a readiness
+        change would change the Deployment's counts: ``deployment``): no init container
+        status changed, podInitContainersPredicate passes no event, nothing is reconciled
+        and the status stays as it was."""
+        self.pod_states = list(states)
+        return self
 
 
 # Deployment conditions (type -> (status, reason)) at each point of a rollout

@@ -10,6 +10,7 @@ import re
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import mlflow
@@ -350,3 +351,64 @@ def test_variants_and_report_in_s3(bundle: Bundle, s3_bucket, tmp_path: Path) ->
 
 
 S3_SETS = ["optimize.variants=[torchscript]", "tracking.enabled=false", "benchmark.rounds=1"]
+
+
+# A chain of earlier champions: version -> (served?, the version it replaced)
+CHAIN = {"5": (False, "4"), "4": (False, "3"), "3": (True, "2"), "2": (True, "none")}
+
+
+@pytest.mark.parametrize(
+    ("champion", "previous"),
+    [
+        ({"version": "3", "mlflow_run_id": "other"}, "3"),
+        ({"version": "5", "mlflow_run_id": "other"}, "3"),
+        ({"version": "6", "mlflow_run_id": "this", "previous_champion": "5"}, "3"),
+        ({"version": "9", "mlflow_run_id": "other"}, "9"),  # unreadable: kept
+    ],
+    ids=["served", "two-that-did-not-serve", "retry-over-one-that-did-not", "set-by-hand"],
+)
+def test_previous_version_is_never_one_that_did_not_serve(champion, previous: str) -> None:
+    """Issue 30: a version left on the alias without serving (its deployment failed, or
+    its run was stopped) is never what a later rollback goes back to."""
+
+    def lookup(version: str) -> dict | None:
+        if version not in CHAIN:
+            return None
+        served, replaced = CHAIN[version]
+        return {"served": served, "previous_champion": replaced}
+
+    assert previous_version(champion, "this", lookup) == previous
+
+
+def test_the_registry_says_which_versions_served(mlflow_server) -> None:
+    """served_lookup against a real MLflow server: a version tagged serving.rollback, or
+    promoted by a run that ended FAILED or KILLED, did not serve; one whose run FINISHED
+    (or that names no run) did."""
+    from steps.benchmark.previous import ROLLBACK_TAG, served_lookup
+    from steps.serve_check.rollback import ROLLBACK_TAG as CHECK_TAG
+
+    assert ROLLBACK_TAG == CHECK_TAG
+    client = mlflow.MlflowClient(mlflow_server.uri)
+    name = f"served-lookup-{time.time_ns()}"
+    client.create_registered_model(name)
+    experiment = client.create_experiment(name)
+    wanted = {}
+    for ended, tag, served in [
+        ("FINISHED", None, True),
+        ("FAILED", None, False),
+        ("KILLED", None, False),
+        ("FINISHED", "rolled back: served accuracy 0.1", False),
+        (None, None, True),
+    ]:
+        version = client.create_model_version(name, "s3://nowhere/model").version
+        if ended:
+            run = client.create_run(experiment).info.run_id
+            client.set_terminated(run, status=ended)
+            client.set_model_version_tag(name, version, "mlflow_run_id", run)
+        if tag:
+            client.set_model_version_tag(name, version, ROLLBACK_TAG, tag)
+        client.set_model_version_tag(name, version, "previous_champion", "none")
+        wanted[str(version)] = served
+    lookup = served_lookup(client, name)
+    assert {v: lookup(v)["served"] for v in wanted} == wanted
+    assert lookup("999") is None

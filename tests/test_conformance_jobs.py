@@ -25,6 +25,8 @@ creates it, and the exit handler's delete finds it.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,9 +39,11 @@ from hera.workflows import WorkflowTemplate
 from flows import cli
 from flows.cifar import build_template
 from flows.deploy_step import deploy_templates
+from flows.local.expr.evaluate import environment, evaluate, render
 from flows.manifests import trainjob
 from flows.manifests.names import labels
 from flows.manifests.pod import config_args
+from flows.train_step import delete_when
 from steps.common.config import load_config
 from tests import test_inferenceservice as ti
 from tests.argo_conditions import outcome, parse
@@ -215,7 +219,7 @@ def test_the_exit_handler_deletes_the_job_it_finds(path: Path, launcher: str) ->
     found = templates(wf)
     exit_tasks = {t["name"]: t for t in found[wf["spec"]["onExit"]]["dag"]["tasks"]}
     task = exit_tasks["delete-train-job"]
-    assert task["when"] == "{{workflow.status}} != Succeeded"
+    assert task["when"] == delete_when()  # which runs: test_the_job_is_deleted_only_...
     delete = found[task["template"]]
     resource = delete["resource"]
     assert resource["action"] == "delete" and "outputs" not in delete
@@ -288,3 +292,63 @@ def test_an_applied_service_ends_the_step_as_its_rollout_ends(path: Path) -> Non
         }
         wanted = {c: o if failure or o != "failed" else "waiting" for c, o in ti.DEPLOY.items()}
         assert decided == wanted, where
+
+
+# --- which failed runs delete their training job ----------------------------------------
+
+
+def failed_node(template: str, message: str = "", phase: str = "Failed") -> dict[str, Any]:
+    """An entry of Argo's ``{{workflow.failures}}`` (v4.0.5 workflow/controller/operator.go
+    failedNodeStatus)."""
+    return {
+        "displayName": template,
+        "message": message,
+        "templateName": template,
+        "phase": phase,
+        "podName": f"cifar-abcde-{template}-1234567890",
+        "finishedAt": "2026-01-01T00:00:00Z",
+    }
+
+
+DAG_FAILED = failed_node("pipeline", "child 'cifar-abcde-1' failed")
+DELETE_CASES = {  # case -> (workflow status, failed nodes, delete the job?)
+    "job-failed": ("Failed", [DAG_FAILED, failed_node("train", "job failed")], True),
+    "multinode-failed": ("Failed", [DAG_FAILED, failed_node("train-multinode")], True),
+    "stopped-while-training": (
+        "Failed",
+        [DAG_FAILED, failed_node("train", "Stopped with strategy 'Stop'")],
+        True,
+    ),
+    "train-errored": ("Error", [failed_node("train", "pod deleted", "Error")], True),
+    "optimize-failed": ("Failed", [DAG_FAILED, failed_node("optimize", "exit code 1")], False),
+    "deploy-failed": (
+        "Failed",
+        [DAG_FAILED, failed_node("deploy"), failed_node("serve-check")],
+        False,
+    ),
+    "stage-failed": ("Failed", [DAG_FAILED, failed_node("stage")], False),  # no job yet
+    "succeeded": ("Succeeded", [], False),
+}
+
+
+def _delete_runs(when: str, status: str, failures: str) -> bool:
+    tag = re.fullmatch(r"\{\{=(.*)\}\}", when, re.DOTALL)
+    assert tag, when
+    scope = {"workflow.status": status, "workflow.failures": failures}
+    value = render(evaluate(tag[1], environment(scope)))
+    assert value in ("true", "false"), value  # what govaluate then reads as a boolean
+    return value == "true"
+
+
+@pytest.mark.parametrize("case", DELETE_CASES)
+def test_the_job_is_deleted_only_when_training_did_not_succeed(case: str) -> None:
+    """A training job is deleted (its GPUs freed) when training failed, errored or was
+    stopped; a job that succeeded keeps its finished pods, which hold the ranks' logs,
+    whatever failed after it (issue 30, defect 8). ``workflow.failures`` as Argo v4.0.5
+    sets it (operator.go: json.Marshal, then strconv.Quote) and as the local runner does
+    (json.dumps, flows/local/workflow.py)."""
+    status, nodes, wanted = DELETE_CASES[case]
+    argo = json.dumps(json.dumps(nodes or None, separators=(",", ":")))
+    local = json.dumps(nodes)
+    for form in (argo, local):
+        assert _delete_runs(delete_when(), status, form) is wanted, (case, form)

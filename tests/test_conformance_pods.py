@@ -67,8 +67,8 @@ def test_the_mlflow_token_secret_is_optional() -> None:
         (artifact,) = templates(wf)[name]["inputs"]["artifacts"]
         text = artifact["raw"]["data"]
         containers += [(name, c) for c in yaml.safe_load(text)["spec"]["predictor"]["containers"]]
-    # six step containers, the Master and Worker, the two predictors
-    assert len(containers) == 10
+    # seven step containers (rollback-alias too), the Master and Worker, the two predictors
+    assert len(containers) == 11
     for where, container in containers:
         refs = {
             e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e

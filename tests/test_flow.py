@@ -26,7 +26,8 @@ from flows.manifests import pytorchjob, trainjob
 from flows.manifests.names import FlowError
 from flows.manifests.pod import config_args, pod_env
 from flows.parameters import PARAMETERS, as_overrides, defaults
-from flows.train_step import OWNER, job_labels
+from flows.serve_tasks import ROLLBACK_DEPENDS
+from flows.train_step import OWNER, delete_when, job_labels
 from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.config.loader import dump_config
 from steps.common.version import package_version
@@ -41,6 +42,7 @@ STEP_IMAGES = {
     "optimize": "optimize",
     "benchmark": "optimize",
     "serve-check": "serve",
+    "rollback-alias": "serve",
     "close-run": "train",
 }
 SECRETS = {  # sentinel values that must never reach a render or a request
@@ -248,8 +250,10 @@ def test_dag_order_and_data_flow(path: Path) -> None:
         "benchmark": "optimize",
         "deploy": "benchmark",
         "serve-check": "deploy",
-        "rollback-apply": "serve-check.Failed",
-        "rollback-delete": "serve-check.Failed",
+        # deploy is a transaction: a failed deploy rolls back as a failed check does
+        "rollback-alias": ROLLBACK_DEPENDS,
+        "rollback-apply": ROLLBACK_DEPENDS,
+        "rollback-delete": ROLLBACK_DEPENDS,
     }
     promoted = "{{tasks.benchmark.outputs.parameters.promoted}} == true"
     previous = "'{{tasks.benchmark.outputs.parameters.previous-version}}'"
@@ -265,7 +269,7 @@ def test_dag_order_and_data_flow(path: Path) -> None:
         {
             "name": "delete-train-job",
             "template": "delete-train-job",
-            "when": "{{workflow.status}} != Succeeded",
+            "when": delete_when(),  # training itself did not succeed (tests/test_conformance_jobs)
         },
     ]
     args = {
@@ -348,8 +352,9 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> 
 def test_every_pod_runs_as_non_root_without_capabilities(path: Path) -> None:
     wf = manifest(path)
     found = pods(wf)
-    # six steps, the job's replicas, the InferenceService of deploy and of rollback-apply
-    assert len(found) == 6 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
+    # seven steps (rollback-alias too), the job's replicas, the InferenceService of deploy
+    # and of rollback-apply
+    assert len(found) == 7 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
     for where, pod_ctx, container in found:
         ctx = container["securityContext"]
         assert pod_ctx and pod_ctx["runAsNonRoot"] and pod_ctx["runAsUser"] > 0, where

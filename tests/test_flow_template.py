@@ -93,6 +93,7 @@ def test_the_template_with_its_defaults_runs_the_config(path: Path) -> None:
         "optimize",
         "benchmark",
         "serve-check",
+        "rollback-alias",
         "close-run",
     }
     for name, args in steps.items():

@@ -162,27 +162,56 @@ def test_the_rollback_delete_names_the_service_and_waits_for_nothing_else() -> N
 # --- the conditions, as Argo decides them over KServe's statuses ---------------------------
 
 
+def _ready(name: str, ns: str) -> ks.Rollout:
+    """A first rollout that completed: the previous version Ready."""
+    return (
+        ks.Rollout(name, ns)
+        .apply()
+        .deployment(ks.NEW, ["running"])
+        .deployment(ks.COMPLETE, ["ready"])
+    )
+
+
+def _rollout(case: str, name: str, ns: str) -> ks.Rollout:
+    """The service at each point, reconciled only when KServe's watches fire
+    (tests/kserve_status.py Rollout): a container crashing writes nothing."""
+    first = ks.Rollout(name, ns).apply()
+    if case == "pods-refused":
+        return first.deployment(ks.REFUSED, [])
+    if case == "unschedulable-past-deadline":  # no node fits: the pod stays Pending
+        return first.deployment(ks.NEW, ["pending"]).deployment(ks.NEW_TIMED_OUT, ["pending"])
+    if case == "rolling-out":
+        return first.deployment(ks.NEW, ["running"])
+    if case in ("crashed", "crash-looping", "crash-looping-past-deadline"):
+        crashing = first.deployment(ks.NEW, ["running"])
+        crashing.pods(["error" if case == "crashed" else "crash-loop"])
+        if case == "crash-looping-past-deadline":  # the Deployment gives up: a reconcile
+            crashing.deployment(ks.NEW_TIMED_OUT, ["crash-loop"])
+        return crashing
+    service = _ready(name, ns)
+    if case == "ready":
+        return service
+    if case == "re-applied":  # Argo's first GET, before KServe reconciled the new spec
+        return service
+    # KServe has reconciled the new spec: a second ReplicaSet rolls, the old pod serving
+    service.apply().deployment(ks.UPDATING, ["ready", "running"])
+    if case in ("update-crash-looping", "update-crash-looping-past-deadline"):
+        service.pods(["ready", "crash-loop"])
+    if case.endswith("past-deadline"):
+        service.deployment(ks.UPDATE_TIMED_OUT, service.pod_states)
+    return service
+
+
 def status_of(case: str, name: str = "cifar10-classifier", ns: str = "argo") -> dict[str, Any]:
-    """The service's status at each point, built by KServe's reconciles in order."""
+    """The service's status as a GET reads it at each point of its rollout."""
     if case == "created":
         return {}
-    status: dict[str, Any] = {}
     if case == "reconcile-failed":  # a component's error: status written, no Stopped yet
+        status: dict[str, Any] = {}
         ks.reconcile(status, name, ns, ks.NEW, ["running"])
         ks.mark(status, "PredictorReady", "False", "ReconcileFailed")
         return status
-    first = {"pods-refused": ks.REFUSED, "unschedulable-past-deadline": ks.NEW_TIMED_OUT}
-    pods = {"crash-looping": ["crash-loop"], "crashed": ["error"], "rolling-out": ["running"]}
-    ks.reconcile(status, name, ns, first.get(case, ks.NEW), pods.get(case, []))
-    if case in ("ready", "updating", "update-past-deadline"):
-        ks.reconcile(status, name, ns, ks.COMPLETE, ["ready"])
-    if case == "updating":  # KServe has reconciled the new spec: a second ReplicaSet rolls
-        ks.reconcile(status, name, ns, ks.UPDATING, ["ready", "running"])
-    if case == "update-past-deadline":
-        ks.reconcile(status, name, ns, ks.UPDATE_TIMED_OUT, ["ready", "running"])
-    if case == "crash-looping-past-deadline":
-        ks.reconcile(status, name, ns, ks.NEW_TIMED_OUT, ["crash-loop"])
-    return status
+    return _rollout(case, name, ns).status
 
 
 DEPLOY = {  # case -> what Argo decides for `deploy`
@@ -190,14 +219,54 @@ DEPLOY = {  # case -> what Argo decides for `deploy`
     "rolling-out": "waiting",
     "reconcile-failed": "waiting",  # KServe retries; a lasting one meets the deadline
     "unschedulable-past-deadline": "waiting",  # nothing reports it: the deadline ends it
-    "updating": "waiting",
+    # A first rollout whose container crashes: no reconcile until the Deployment's progress
+    # deadline, and then PredictorReady says MinimumReplicasUnavailable, as during every
+    # first rollout. FailedToLoad is written at that reconcile, but it also stays in the
+    # status a later deploy reads first (Argo's GET right after its apply), so it is no
+    # failure condition: the step's deadline, serving.ready_timeout_s, ends these.
+    "crashed": "waiting",
+    "crash-looping": "waiting",
+    "crash-looping-past-deadline": "waiting",
     "ready": "succeeded",
-    "crashed": "failed",
-    "crash-looping": "failed",
-    "crash-looping-past-deadline": "failed",
+    # the known limit (flows/deploy_step.py): serve-check waits for the version instead
+    "re-applied": "succeeded",
+    "updating": "waiting",
+    "update-crash-looping": "waiting",  # serve-check, waiting for the version, ends it
+    "update-crash-looping-past-deadline": "failed",  # ProgressDeadlineExceeded
     "update-past-deadline": "failed",
     "pods-refused": "failed",
 }
+
+
+def test_a_crashing_container_writes_nothing_until_the_deployment_changes() -> None:
+    """KServe v0.19.0 reconciles a pod's change only when its init containers' statuses
+    change (controller.go podInitContainersPredicate); a crash-looping kserve-container
+    (no init container: no storage initializer) is read only at the next reconcile the
+    Deployment starts, its progress deadline."""
+    service = ks.Rollout().apply().deployment(ks.NEW, ["running"])
+    before, count = json.loads(json.dumps(service.status)), service.reconciles
+    service.pods(["crash-loop"])
+    assert (service.status, service.reconciles) == (before, count)
+    assert service.status["modelStatus"]["states"]["targetModelState"] == "Pending"
+    service.deployment(ks.NEW_TIMED_OUT, ["crash-loop"])
+    assert service.reconciles == count + 1
+    assert service.status["modelStatus"]["states"]["targetModelState"] == "FailedToLoad"
+    predictor = next(c for c in service.status["conditions"] if c["type"] == "PredictorReady")
+    assert predictor["reason"] == "MinimumReplicasUnavailable"  # as in every first rollout
+
+
+def test_the_failure_condition_reads_what_the_deployment_reports() -> None:
+    """The deploy step fails on what PropagateRawStatus copies from the predictor's
+    Deployment into PredictorReady, never on modelStatus (PropagateModelStatus): its
+    FailedToLoad is written only at a reconcile something else starts, and stays in the
+    status a later apply reads before KServe reconciles it."""
+    assert "modelStatus" not in FAILURE and "FailedToLoad" not in FAILURE
+    # a new version applied over a service an earlier run left crash-looping: Argo's first
+    # GET reads the old status, which must not fail the new deploy
+    left = status_of("crash-looping-past-deadline")
+    assert left["modelStatus"]["states"]["targetModelState"] == "FailedToLoad"
+    service = applied(by_name(rendered(load_config(None, [])))["deploy"])
+    assert outcome({**service, "status": left}, SUCCESS, FAILURE) == "waiting"
 
 
 def test_kserve_keeps_ready_where_the_conditions_look() -> None:
@@ -340,3 +409,25 @@ def test_the_limit_check_refuses_what_the_api_server_refuses() -> None:
     assert over_limit({"requests": {"cpu": "1500m"}, "limits": {"cpu": "2"}}) == []
     assert over_limit({"requests": {"memory": "3Gi"}, "limits": {"memory": "2Gi"}})
     assert over_limit({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}})
+
+
+def test_scale_to_zero_is_refused_with_the_reason(tmp_path: Path) -> None:
+    """serving.min_replicas 0 was documented as scale to zero, but KServe v0.19.0's
+    Standard mode raises an HPA's minReplicas below 1 to 1 (reconcilers/hpa/
+    hpa_reconciler.go createHPA, constants.DefaultMinReplicas): refused in one line, exit 2,
+    before anything renders."""
+    from steps.common.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"serving\.min_replicas: .*never scales to zero"):
+        load_config(None, ["serving.min_replicas=0"])
+    cifar = Path(__file__).resolve().parents[1] / "flows" / "cifar.py"
+    done = subprocess.run(
+        [sys.executable, str(cifar), "--render", "--set", "serving.min_replicas=0"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert "serving.min_replicas" in line and "use 1 or more" in line, line
+    assert load_config(None, ["serving.min_replicas=1"]).serving.min_replicas == 1

@@ -29,7 +29,8 @@ from tests.local_examples import run, states
 API = "serving.kserve.io/v1beta1"
 RESOURCE = "inferenceservices.serving.kserve.io"
 READY = "/v2/health/ready"
-# modes: ok (ready at once), slow (ready after 0.5 s), never (503 forever), exit N
+# modes: ok (ready at once), slow (ready after $READY_AFTER_S, 0.5 s), never (503 forever),
+# exit N
 SERVER = textwrap.dedent(
     """
     import http.server, os, sys, time
@@ -39,11 +40,12 @@ SERVER = textwrap.dedent(
     assert port == int(os.environ["PORT"]), (port, os.environ["PORT"])
     if mode == "exit":
         sys.exit(int(value))
-    started = time.monotonic()
+    started, delay = time.monotonic(), float(os.environ.get("READY_AFTER_S", "0.5"))
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            ready = mode == "ok" or (mode == "slow" and time.monotonic() - started > 0.5)
-            code, body = (200, value) if self.path == "/value" else (200 if ready else 503, "")
+            ready = mode == "ok" or (mode == "slow" and time.monotonic() - started > delay)
+            code = 200 if ready else 503  # /value too: a model not loaded answers nothing
+            body = value if ready and self.path == "/value" else ""
             self.send_response(code)
             self.end_headers()
             self.wfile.write(body.encode())
@@ -55,16 +57,25 @@ SERVER = textwrap.dedent(
 )
 
 
-def isvc(tmp_path: Path, mode: str = "ok", value: str = "v1", name: str = "clf") -> str:
+def isvc(
+    tmp_path: Path,
+    mode: str = "ok",
+    value: str = "v1",
+    name: str = "clf",
+    ready_after_s: float | None = None,
+) -> str:
     """An InferenceService as 22-cluster builds one: port and host args, probes, env."""
     script = tmp_path / "server.py"
     script.write_text(SERVER)
+    env = [{"name": "MODEL", "value": value}]
+    if ready_after_s is not None:
+        env.append({"name": "READY_AFTER_S", "value": str(ready_after_s)})
     container = {
         "name": "kserve-container",
         "image": "cifar-serve:1",
         "command": ["python", str(script), mode, value],
         "args": ["--host", "0.0.0.0", "--port", "8080"],
-        "env": [{"name": "MODEL", "value": value}],
+        "env": env,
         "ports": [{"containerPort": 8080, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": READY, "port": 8080}},
         "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": 8080}},
@@ -100,14 +111,16 @@ def deploy(name: str, text: str, deadline: float | None = None) -> dict[str, Any
     return template
 
 
-def curl(name: str = "check") -> dict[str, Any]:
-    """A later task that reaches the service at the URL it was given."""
+def curl(name: str = "check", wait: bool = False) -> dict[str, Any]:
+    """A later task that reaches the service at the URL it was given; ``wait``: trying
+    again for a while while nothing answers there yet (a re-applied service rolling out)."""
+    retry = ["--retry", "60", "--retry-delay", "1", "--retry-connrefused"] if wait else []
     return {
         "name": name,
         "inputs": {"parameters": [{"name": "url"}]},
         "container": {
             "image": "curlimages/curl:8",
-            "command": ["curl", "-sf", "{{inputs.parameters.url}}/value"],
+            "command": ["curl", "-sf", *retry, "{{inputs.parameters.url}}/value"],
         },
     }
 
@@ -226,7 +239,9 @@ except OSError:
 def test_a_second_apply_replaces_the_process_and_a_delete_stops_it(tmp_path: Path) -> None:
     """A rollback re-applies the same name with another model: the old process stopped,
     the new one at the same URL (as the cluster's Service keeps its address), so a task
-    given the deploy's URL reaches the new model. Then a delete by flags (run as
+    given the deploy's URL reaches the new model once it is up (the re-apply over a Ready
+    service succeeds at once, as Argo reads the old Ready: the task waits for an answer,
+    as serve-check waits for the version). Then a delete by flags (run as
     ``kubectl delete --ignore-not-found``: argo-workflows v4.0.5
     workflow/executor/resource.go getKubectlArguments) stops it during the run, and a
     second delete finds nothing and succeeds."""
@@ -241,6 +256,7 @@ def test_a_second_apply_replaces_the_process_and_a_delete_stops_it(tmp_path: Pat
         deploy("deploy", isvc(tmp_path, "ok", "v1")),
         deploy("rollback", isvc(tmp_path, "ok", "v0")),
         curl(),
+        curl("check-waiting", wait=True),
         delete,
         probe,
     ]
@@ -248,7 +264,7 @@ def test_a_second_apply_replaces_the_process_and_a_delete_stops_it(tmp_path: Pat
         task("deploy", "deploy"),
         task("first", "check", "deploy", url_of="deploy"),
         task("rollback", "rollback", "first"),
-        task("second", "check", "rollback", url_of="deploy"),
+        task("second", "check-waiting", "rollback", url_of="deploy"),
         task("delete", "delete", "second"),
         task("deleted", "probe", "delete", url_of="deploy"),
         task("again", "delete", "deleted"),
@@ -267,6 +283,63 @@ def test_a_second_apply_replaces_the_process_and_a_delete_stops_it(tmp_path: Pat
     assert any("stopped its process" in line for line in result.tasks["delete"].tail)
     assert any("nothing to delete" in line for line in result.tasks["again"].tail)
     assert_gone([first_pid, served(runner)["clf"]["pid"]], [port_of(url)])
+
+
+def test_a_re_apply_over_a_ready_service_succeeds_at_once(tmp_path: Path) -> None:
+    """A new version applied over a Ready service: the node succeeds as Argo's first GET
+    would decide it, on the previous version's Ready (argo-workflows v4.0.5
+    workflow/executor/resource.go WaitResource polls immediately), while the new server,
+    ready only after 3 s, rolls out behind it; a task waiting at the URL gets the new one."""
+    templates = [
+        deploy("deploy", isvc(tmp_path, "ok", "v1")),
+        deploy("update", isvc(tmp_path, "slow", "v2", ready_after_s=3)),
+        curl("check-waiting", wait=True),
+    ]
+    tasks = [
+        task("deploy", "deploy"),
+        task("update", "update", "deploy"),
+        task("check", "check-waiting", "update", url_of="update"),
+    ]
+    runner, result = run(tmp_path, workflow(templates, tasks))
+    assert states(result) == dict.fromkeys(["deploy", "update", "check"], "Succeeded")
+    update = result.tasks["update"]
+    assert update.seconds < 3, update.seconds  # not the new server's 3 s
+    assert any("re-applied over a Ready service" in line for line in update.tail)
+    assert result.tasks["check"].result == "v2"
+    assert update.outputs["url"] == result.tasks["deploy"].outputs["url"]
+    log = (result.run_dir / "logs" / "update.log").read_text()
+    assert f"--- InferenceService clf ready at {update.outputs['url']}" in log
+    service = served(runner)["clf"]
+    assert (service["task"], service["state"]) == ("update", "Stopped")
+    assert_gone([service["pid"]], [port_of(service["url"])])
+
+
+def test_a_rollback_over_a_server_that_never_became_ready_waits_for_it(tmp_path: Path) -> None:
+    """The new version never becomes ready (its node succeeded on the old Ready); the
+    rollback's apply finds no Ready service, so, as Argo would read no Ready until the
+    rollback's pods are, it waits for the previous version's server: a plain check right
+    after it gets the previous version."""
+    templates = [
+        deploy("deploy", isvc(tmp_path, "ok", "v1")),
+        deploy("update", isvc(tmp_path, "never", "v2")),
+        deploy("rollback", isvc(tmp_path, "slow", "v1", ready_after_s=1)),
+        curl(),
+    ]
+    tasks = [
+        task("deploy", "deploy"),
+        task("update", "update", "deploy"),
+        task("rollback", "rollback", "update"),
+        task("check", "check", "rollback", url_of="deploy"),
+    ]
+    runner, result = run(tmp_path, workflow(templates, tasks))
+    assert states(result) == dict.fromkeys(["deploy", "update", "rollback", "check"], "Succeeded")
+    rollback = result.tasks["rollback"]
+    assert rollback.seconds >= 1
+    assert not any("re-applied over a Ready service" in line for line in rollback.tail)
+    assert any("InferenceService clf ready at" in line for line in rollback.tail)
+    assert result.tasks["check"].result == "v1"
+    service = served(runner)["clf"]
+    assert_gone([service["pid"]], [port_of(service["url"])])
 
 
 def test_the_manifest_from_a_raw_artifact_runs_too(tmp_path: Path) -> None:

@@ -6,12 +6,23 @@ meet. What follows is the pipeline's own doing: the step fails and moves the ali
 the DAG's ``rollback-delete`` (a first deployment) deletes the InferenceService, so its
 local server is stopped, and ``rollback-apply`` is Skipped (no earlier version). A second
 run against a champion it cannot beat leaves the alias where it is: deploy and serve-check
-Skipped."""
+Skipped.
+
+Then deploy as a transaction (issue 30) over a previous version that serves, as the
+cluster's InferenceService outlives the workflow that deployed it: the previous champion's
+server is up, as the runner starts it, before each run. The handler starts the new
+version's server late (``start_service``): never, or after a few seconds within
+``serving.ready_timeout_s``. The runs use the smoke config made smaller (one epoch, one
+optimize variant, one batch size, one check concurrency)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
+import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -23,9 +34,13 @@ from mlflow.tracking import MlflowClient
 from flows.cifar import build_submission, build_template
 from flows.cli import localize
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler
+from flows.local.pods.services import service_process
 from flows.local.records import RunResult
 from flows.local.workflow import LocalRunner
+from flows.manifests.inferenceservice import build_inferenceservice
+from flows.manifests.pod import config_args
 from steps.common.config import load_config
+from steps.common.serving.client import ServingClient, ServingError
 from tests.conftest import REPO_ROOT, S3Bucket
 from tests.mlflow_server import MLflowServer
 
@@ -77,8 +92,8 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
     result = run_pipeline(handler)
 
     states = {name: task.state.value for name, task in result.tasks.items()}
-    # each attempt (the step's retries) failed; the first moved the alias back
-    assert handler.checks == result.tasks["serve-check"].attempts >= 1
+    # the verdict (exit 3) is final: one attempt, which moved the alias back
+    assert handler.checks == result.tasks["serve-check"].attempts == 1
     assert states["benchmark"] == "Succeeded"
     assert result.tasks["benchmark"].outputs["promoted"] == "true"
     assert result.tasks["benchmark"].outputs["previous-version"] == ""
@@ -86,6 +101,9 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
     assert states["serve-check"] == "Failed"
     assert states["rollback-delete"] == "Succeeded"
     assert states["rollback-apply"] == "Skipped"
+    assert states["rollback-alias"] == "Succeeded"  # serve-check moved it: nothing left to do
+    alias_log = (result.run_dir / "logs" / "rollback-alias.log").read_text()
+    assert "already back on no version (first champion): nothing to roll back" in alias_log
     # Argo's DAG phase is its leaves' (v4.0.5 workflow/controller/dag.go assessDAGPhase), and
     # a Skipped leaf takes its parent's phase (workflow_types.go: Skipped is not Completed):
     # rollback-apply carries serve-check's Failed, so the run ends Failed, rollback or not.
@@ -125,5 +143,171 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
     assert again.tasks["benchmark"].outputs["promoted"] == "false"
     assert states["deploy"] == states["serve-check"] == "Skipped"
     assert states["rollback-apply"] == states["rollback-delete"] == "Omitted"
+    assert states["rollback-alias"] == "Omitted"
     assert client.get_model_version_by_alias(MODEL, "champion").version == version
     assert json.loads((again.run_dir / "state.json").read_text()).get("services", {}) == {}
+
+
+# --- deploy as a transaction, over a previous version that serves ---------------------
+
+TXN_MODEL = "cifar-transaction-test"
+SMALL = [  # the smoke config made smaller: accuracy is compared, not asserted
+    "train.epochs=1",
+    "optimize.variants=[onnx]",  # a portable variant: the registered model is the pyfunc
+    "optimize.int8=false",
+    "benchmark.batch_sizes=[8]",
+    "benchmark.rounds=1",
+    "serving.check_concurrency=[1]",
+    f"benchmark.registered_model={TXN_MODEL}",
+]
+READY_TIMEOUT_S = 25  # serving.ready_timeout_s: the deploy's deadline and the check's wait
+LATE_S = 8  # the new server of the slow run: ready this long after its start
+WAIT_THEN_RUN = (
+    "import os, sys, time; delay = float(sys.argv[1]); "
+    "time.sleep(delay if delay >= 0 else 1e9); os.execvp(sys.argv[2], sys.argv[2:])"
+)
+
+
+class LateNewServer(SubprocessHandler):
+    """Runs every task as the runner would, and starts the run's InferenceService servers
+    too, except that a server for another version than ``previous`` starts serving only
+    after ``late_s`` (None: never). At ``close-run`` (the exit handler, while the run's
+    service is still up) it asks the endpoint what it serves."""
+
+    def __init__(self, previous: str, late_s: float | None) -> None:
+        super().__init__()
+        self.previous, self.late_s, self.url = previous, late_s, ""
+        self.served_at_end: list[str] | None = None
+        self.late: list[str] = []
+
+    def start_service(self, spec: ProcessSpec, sink):
+        model = spec.argv[spec.argv.index("--model-uri") + 1]
+        if model != f"models:/{TXN_MODEL}/{self.previous}":
+            self.late.append(model)
+            delay = -1 if self.late_s is None else self.late_s
+            spec.argv = [sys.executable, "-c", WAIT_THEN_RUN, str(delay), *spec.argv]
+        return super().start_service(spec, sink)
+
+    def run(self, spec: ProcessSpec, log: Path, tail: deque[str]) -> int:
+        if "steps.tracking" in spec.argv and "end" in spec.argv:
+            with contextlib.suppress(ServingError, OSError), ServingClient(self.url, 5) as client:
+                self.served_at_end = client.served_versions(TXN_MODEL)
+        return super().run(spec, log, tail)
+
+
+@pytest.fixture(scope="module")
+def transaction(tmp_path_factory: pytest.TempPathFactory, mlflow_server: MLflowServer) -> dict:
+    """A first run that deploys v1 and checks it (the previous version of the next runs),
+    and what the next runs need."""
+    root = tmp_path_factory.mktemp("transaction")
+    cwd = root / "work"
+    cwd.mkdir()
+    overrides = [*SMALL, f"tracking.uri={mlflow_server.uri}"]
+    overrides.append(f"serving.ready_timeout_s={READY_TIMEOUT_S}")
+    cfg = localize(load_config(REPO_ROOT / "configs" / "smoke.yaml", overrides), cwd)
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env |= {"CIFAR_CACHE_DIR": str(root / "cache"), "PYTHONPATH": str(REPO_ROOT)}
+    found = {"cfg": cfg, "cwd": cwd, "env": env, "root": root}
+    first = pipeline_runner(found, SubprocessHandler()).run()
+    assert first.status == "Succeeded", first.failed_task
+    assert first.tasks["serve-check"].state.value == "Succeeded"
+    found["client"] = MlflowClient(tracking_uri=mlflow_server.uri)
+    return found
+
+
+def pipeline_runner(found: dict, handler: SubprocessHandler) -> LocalRunner:
+    cfg = found["cfg"]
+    return LocalRunner(
+        build_submission(cfg).to_dict(),
+        found["cwd"] / "runs",
+        handler=handler,
+        cwd=found["cwd"],
+        env=found["env"],
+        workflow_templates=[build_template(cfg).to_dict()],
+        cache_dir=found["root"] / "cache",
+    )
+
+
+def previous_serves(found: dict, runner: LocalRunner, version: str) -> str:
+    """The previous champion's server, up and Ready before the run under the name deploy
+    applies (the manifest deploy builds, started as the runner starts it): on the cluster
+    the InferenceService outlives the workflow that deployed it. Its URL."""
+    cfg = found["cfg"]
+    manifest = build_inferenceservice(
+        cfg, model_uri=f"models:/{TXN_MODEL}/{version}", labels={}, settings=config_args(cfg)
+    )
+    deadline = {"activeDeadlineSeconds": 120}
+    spec, _ = service_process(
+        manifest, deadline, found["cwd"], found["env"], runner.services.port_for
+    )
+    log = found["root"] / f"previous-v{version}.log"
+    assert runner.services.apply(spec, "an earlier run", log, deque(), threading.Event()) == 0
+    return spec.url
+
+
+def run_over_previous(found: dict, late_s: float | None):
+    """A run whose benchmark promotes a new version over the champion (its accuracy tag
+    set to 0 first: any model wins), the champion's server up before it, the new
+    version's server late. The handler, the result and the champion before."""
+    client = found["client"]
+    champion = client.get_model_version_by_alias(TXN_MODEL, "champion").version
+    client.set_model_version_tag(TXN_MODEL, champion, "accuracy", "0.0")
+    client.set_model_version_tag(TXN_MODEL, champion, "p50_ms", "1e9")
+    handler = LateNewServer(champion, late_s)
+    runner = pipeline_runner(found, handler)
+    handler.url = previous_serves(found, runner, champion)
+    result = runner.run()
+    return handler, result, champion
+
+
+def test_a_new_server_that_never_becomes_ready_leaves_the_previous_version_serving(
+    transaction: dict,
+) -> None:
+    """Issue 30 item 7: deploy re-applies over the Ready previous version and succeeds at
+    once (Argo reads the old Ready); serve-check waits serving.ready_timeout_s for the new
+    version, gets no answer, moves the alias back and fails for good; rollback-apply puts
+    the previous version back, and it serves when the run ends; the workflow Failed."""
+    started = time.monotonic()
+    handler, result, previous = run_over_previous(transaction, late_s=None)
+    states = {name: task.state.value for name, task in result.tasks.items()}
+    new = result.tasks["benchmark"].outputs["model-version"]
+    assert result.tasks["benchmark"].outputs["promoted"] == "true"
+    assert result.tasks["benchmark"].outputs["previous-version"] == previous
+    assert handler.late == [f"models:/{TXN_MODEL}/{new}"]  # only the new one was late
+    assert result.status == "Failed"
+    assert states["deploy"] == "Succeeded"  # on the previous version's Ready
+    assert states["serve-check"] == "Failed"
+    assert result.tasks["serve-check"].attempts == 1  # its verdict is final
+    assert states["rollback-apply"] == "Succeeded" and states["rollback-delete"] == "Skipped"
+    assert states["rollback-alias"] == "Succeeded"
+    check_log = (result.run_dir / "logs" / "serve-check.log").read_text()
+    assert "unreachable: " in check_log and f"(waited {READY_TIMEOUT_S} s)" in check_log
+    assert f"moved back from v{new} to v{previous}" in check_log
+    client = transaction["client"]
+    assert client.get_model_version_by_alias(TXN_MODEL, "champion").version == previous
+    assert handler.served_at_end == [previous]  # the endpoint serves what the alias names
+    assert "serving.rollback" in client.get_model_version(TXN_MODEL, new).tags
+    # the run took the wait, not the deploy's deadline twice over
+    assert time.monotonic() - started < 600
+
+
+def test_a_new_server_ready_late_within_the_timeout_is_checked_and_kept(
+    transaction: dict,
+) -> None:
+    """The new server answers only LATE_S after deploy succeeded (on the old Ready):
+    serve-check waits for that version within serving.ready_timeout_s, checks it, and the
+    run ends Succeeded with the alias and the served version the new one."""
+    handler, result, previous = run_over_previous(transaction, late_s=LATE_S)
+    states = {name: task.state.value for name, task in result.tasks.items()}
+    new = result.tasks["benchmark"].outputs["model-version"]
+    assert result.status == "Succeeded", result.failed_task
+    assert handler.late == [f"models:/{TXN_MODEL}/{new}"]
+    assert states["deploy"] == states["serve-check"] == "Succeeded"
+    assert result.tasks["serve-check"].attempts == 1
+    assert result.tasks["serve-check"].seconds >= LATE_S  # it waited for the version
+    assert {states[r] for r in ("rollback-alias", "rollback-apply", "rollback-delete")} == {
+        "Omitted"
+    }
+    client = transaction["client"]
+    assert client.get_model_version_by_alias(TXN_MODEL, "champion").version == new != previous
+    assert handler.served_at_end == [new]

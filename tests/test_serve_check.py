@@ -6,7 +6,9 @@ A passing check measures the benchmark's accuracy and logs it; a check made to f
 real (a benchmark.json claiming another accuracy than the endpoint serves, or nothing
 listening, or an endpoint of ``python -m steps.serve`` serving another version than the one
 promoted) moves the alias back to the previous champion, or removes it after a first
-deployment, logs the decision and exits 1; a retried check does not roll back twice."""
+deployment, logs the decision and exits 3, the verdict the workflow does not retry; a
+retried check neither rolls back twice nor passes after a rollback; an endpoint that
+drops the check once it answered is no verdict (exit 1, nothing rolled back)."""
 
 from __future__ import annotations
 
@@ -181,14 +183,15 @@ def test_a_failed_check_rolls_back_once(
     for attempt in (1, 2):  # the retry finds the alias already back: it moves nothing
         out = tmp_path / f"out{attempt}"
         code = serve_check.main(check_argv(url, champion, str(bench), out))
-        assert code == 1
+        assert code == serve_check.VERDICT_EXIT == 3
         err = capsys.readouterr().err
         (line,) = [line for line in err.splitlines() if "error:" in line]
         assert "Traceback" not in err
         assert line.startswith("serve_check: error: ") and failed in line, line
         if attempt == 1:
             assert line.endswith(expected), line
-        else:
+        else:  # not checked again: the verdict, from the version's tag, stands
+            assert f"v{version} no longer holds alias champion" in line, line
             assert "nothing to roll back" in line, line
         assert alias_version(client) == (previous or None)
         assert (out / "passed").read_text() == "false"
@@ -200,6 +203,98 @@ def test_a_failed_check_rolls_back_once(
     assert note.count("**Endpoint**") == 1 and "live check FAILED" in note
     assert failed in client.get_model_version(NAME, version).tags["serving.rollback"]
     client.set_registered_model_alias(NAME, "champion", "1")  # as the other tests expect
+
+
+def test_a_retry_after_a_rollback_never_passes(
+    champion: dict,
+    served: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    mlflow_server,
+) -> None:
+    """Attempt 1 fails (another accuracy than the benchmark's) and moves the alias back; by
+    attempt 2 the endpoint answers as the benchmark said (a rollout that finished late):
+    it still fails, without checking, so the run cannot end Succeeded serving a version
+    the alias no longer names (issue 30, defect 2)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    client = champion["client"]
+    version = client.create_model_version(NAME, f"models:/{NAME}/1").version
+    client.set_registered_model_alias(NAME, "champion", version)
+    bench = tmp_path / "benchmark.json"
+    bench.write_text(json.dumps(failed_doc(champion, version, "1", 0.5)))
+    codes = [serve_check.main(check_argv(served, champion, str(bench), tmp_path / "1"))]
+    assert alias_version(client) == "1"
+    bench.write_text(json.dumps(failed_doc(champion, version, "1", None)))  # right, now
+    codes.append(serve_check.main(check_argv(served, champion, str(bench), tmp_path / "2")))
+    err = capsys.readouterr().err
+    assert codes == [serve_check.VERDICT_EXIT] * 2, err
+    assert f"{NAME} v{version} no longer holds alias champion, which points at v1" in err
+    assert (tmp_path / "2" / "passed").read_text() == "false"
+    assert json.loads((tmp_path / "2" / "summary.json").read_text())["by_concurrency"] == {}
+    assert alias_version(client) == "1"
+
+
+DROPS = """
+import http.server, json, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # /ping: up; /v2/models/<name>: it serves v1, as steps.serve says
+        body = json.dumps({"name": sys.argv[2], "versions": ["1"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):  # a predictor that dies on the request: the connection drops
+        self.connection.close()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+def test_an_endpoint_dropping_the_check_is_no_verdict(
+    champion: dict, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the endpoint answered, a request that gets no answer at all (the connection
+    dropped) is not the endpoint's verdict: exit 1, which the workflow retries, and the
+    registry is not touched (no --mlflow-run-id here, MLFLOW_TRACKING_URI unset)."""
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", DROPS, str(port), NAME])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        argv = ["--url", url, "--dataset", champion["doc"]["dataset_uri"]]
+        argv += ["--benchmark", str(champion["root"] / "report"), "--wait-s", "30"]
+        argv += ["--timeout-s", "5", "--outputs-dir", str(tmp_path), "--set", CHECK[0]]
+        code = serve_check.main(argv)
+    finally:
+        server.kill()
+        server.wait()
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"serve_check: error: {url} stopped answering during the check" in err, err
+    assert not (tmp_path / "passed").exists()  # no verdict written
+
+
+def test_the_wait_is_the_configs_ready_timeout(
+    champion: dict, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --wait-s the check waits serving.ready_timeout_s (the deploy step's deadline),
+    not a fixed minute, for the endpoint to serve."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = ["--url", url, "--dataset", champion["doc"]["dataset_uri"]]
+    argv += ["--benchmark", str(champion["root"] / "report"), "--outputs-dir", str(tmp_path)]
+    argv += ["--set", "serving.ready_timeout_s=1.5"]
+    started = time.monotonic()
+    code = serve_check.main(argv)
+    err = capsys.readouterr().err
+    assert code == serve_check.VERDICT_EXIT, err
+    assert f"{url} unreachable: " in err and "(waited 1.5 s)" in err, err
+    assert time.monotonic() - started < 30
 
 
 def test_an_alias_moved_since_by_another_run_is_left_alone(

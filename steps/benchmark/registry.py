@@ -4,8 +4,9 @@ Every benchmarked model is logged (``log_model(..., name=...)``, torch.export fo
 reloads without this code), reloaded once, and registered as a new version tagged with its
 dataset digest, workflow, image, best variant and numbers, and with the version that held
 the alias before (``previous_champion``, ``none`` if none; also ``previous_version`` in the
-decision and the step's ``previous-version`` output): what ``steps.serve_check`` moves the
-alias back to when the live endpoint fails its check. The alias (``champion``) moves to
+decision and the step's ``previous-version`` output): what ``steps.serve_check`` and the
+workflow's rollbacks go back to when the deployment or its live check fails, never a
+version that did not serve (``steps.benchmark.previous``). The alias (``champion``) moves to
 it only if its test accuracy is no worse than the champion's by more than
 ``benchmark.accuracy_margin`` (absolute) and its p50 latency at the gate batch no worse by
 more than ``benchmark.latency_margin`` (relative). Latencies measured on different hardware
@@ -25,12 +26,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.models.signature import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
+from steps.benchmark.previous import NO_PREVIOUS, PREVIOUS_TAG, previous_version, served_lookup
 from steps.common.config import PipelineConfig
 from steps.common.trained_model import TrainedModel
 
 LOGGED_NAME = "classifier"
-PREVIOUS_TAG = "previous_champion"  # on a version: who held the alias before this run's
-NO_PREVIOUS = "none"  # the tag's value for a first champion (the decision says "")
 
 
 class RegistryError(RuntimeError):
@@ -188,7 +188,8 @@ def register_and_gate(
     version = str(info.registered_model_version)
     champion = _champion(client, bench.registered_model, bench.alias)
     decision = decide(challenger, champion, cfg)
-    previous = previous_version(champion, tags.get("mlflow_run_id"))
+    lookup = served_lookup(client, bench.registered_model)
+    previous = previous_version(champion, tags.get("mlflow_run_id"), lookup)
     numbers = {
         "accuracy": f"{challenger['accuracy']:.6f}",
         "p50_ms": f"{challenger['p50_ms']:.6f}",
@@ -217,18 +218,6 @@ def register_and_gate(
         "model_uri": info.model_uri,
         "previous_version": previous,
     }
-
-
-def previous_version(champion: dict[str, Any] | None, run_id: str | None) -> str:
-    """The version that held the alias before this pipeline run: the champion, unless a
-    first attempt of this same run (a retried benchmark) promoted it; then the one that
-    version replaced, so a rollback never lands on this run's own model. "" for none."""
-    if champion is None:
-        return ""
-    if run_id and champion.get("mlflow_run_id") == run_id:
-        earlier = champion.get("previous_champion") or NO_PREVIOUS
-        return "" if earlier == NO_PREVIOUS else earlier
-    return str(champion["version"])
 
 
 def promote_best(

@@ -53,13 +53,16 @@ class Endpoint:
                 raise Unreachable(f"{last} (waited {within_s:g} s)")
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
-    def wait_version(self, name: str, version: str, within_s: float, confirm: int = 3) -> bool:
+    def wait_version(
+        self, name: str, version: str, within_s: float, confirm: int = 3, waited_s: float = 0.0
+    ) -> bool:
         """``GET /v2/models/<name>`` until ``confirm`` answers in a row, each on a new
         connection (a Service spreads connections over its pods), say ``version`` alone is
         served: True; at most ``within_s``, else BadAnswer naming what it served; False
         from a server without that route (``mlflow models serve``: not confirmed). A
         re-applied InferenceService reads Ready from its previous status before its new
-        pods roll out (flows/deploy_step.py), so this, not the deploy step, confirms it."""
+        pods roll out (flows/deploy_step.py), so this, not the deploy step, confirms it.
+        ``waited_s``: how long the caller waited before (the message names the total)."""
         deadline = time.monotonic() + within_s
         matched, last = 0, "no answer"
         while True:
@@ -78,11 +81,11 @@ class Endpoint:
                 if matched:  # right, but not yet as often as asked
                     raise BadAnswer(
                         f"{name} v{version} named by {matched} of {confirm} answers in a row "
-                        f"within {within_s:g} s"
+                        f"within {waited_s + within_s:g} s"
                     )
                 raise BadAnswer(
                     f"it serves {last}, not {name} v{version} that this run deployed "
-                    f"(waited {within_s:g} s)"
+                    f"(waited {waited_s + within_s:g} s)"
                 )
             time.sleep(min(0.5 if matched == 0 else 0.05, max(0.0, deadline - time.monotonic())))
 

@@ -1,15 +1,31 @@
-"""Move the registry alias back after a failed live check, once.
+"""Move the registry alias back after a failed deployment or live check, once.
 
 The version to go back to comes from the benchmark that promoted (``previous_version`` in
-its ``benchmark.json``, the ``previous_champion`` tag of the version), never from the
-registry's state now: so a retried check that finds the alias already back does nothing,
-and never walks the alias to an even older version. An alias that another run has moved
-since is someone else's decision: left alone, and said so.
+its ``benchmark.json``, the ``previous_champion`` tag of the version, its
+``previous-version`` output), never from the registry's state now: so a second rollback
+(a retried check, or the workflow's ``rollback-alias`` task after serve-check already
+moved it) finds the alias already back and does nothing, and never walks the alias to an
+even older version. An alias that another run has moved since is someone else's decision:
+left alone, and said so.
+
+    python -m steps.serve_check.rollback --version V --previous-version P --reason TEXT
+        [--mlflow-run-id ID] [--config F] [--set k=v ...] [--debug]
+
+is the workflow's ``rollback-alias`` task (flows/serve_tasks.py): after ``deploy`` or
+``serve-check`` failed, whatever ended them (a failure condition, a deadline, a pod that
+never reported), the alias goes back to ``P`` (or is removed when ``P`` is ""), the
+version is tagged ``serving.rollback`` with the reason, and so is the pipeline's run.
 """
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 from mlflow.exceptions import MlflowException
+
+from steps.common.config import PipelineConfig, load_config
+from steps.common.step_cli import add_common, exit_process, run_main, tracking_wanted
 
 ROLLBACK_TAG = "serving.rollback"  # on the pipeline's run and on the rolled-back version
 
@@ -54,3 +70,98 @@ def roll_back(client, name: str, alias: str, version: str, previous: str, reason
         f"alias {alias} of {name} points at {where}, not this run's v{version}: "
         "left alone (moved since by someone else)"
     )
+
+
+def roll_back_promotion(
+    cfg: PipelineConfig, promotion: dict[str, Any], failure: str, tracked: bool
+) -> str:
+    """The alias back to the champion before this run (``promotion``: benchmark.json's),
+    or why not."""
+    version = promotion.get("version")
+    if not version:
+        return "the benchmark registered nothing: no alias to move back"
+    if not promotion.get("promoted"):
+        return f"v{version} was not promoted: the alias was not this run's to move back"
+    if not tracked:
+        return "MLflow tracking is off here: the registry was not touched"
+    import mlflow
+
+    name = promotion.get("registered_model") or cfg.benchmark.registered_model
+    alias = promotion.get("alias") or cfg.benchmark.alias
+    previous = str(promotion.get("previous_version") or "")
+    try:
+        return roll_back(mlflow.MlflowClient(), name, alias, str(version), previous, failure)
+    except RollbackError as exc:
+        return f"rollback failed: {exc}"
+
+
+def rolled_back_before(cfg: PipelineConfig, promotion: dict[str, Any]) -> str | None:
+    """Why this run's promoted version is not to be checked again: it no longer holds the
+    alias (an earlier attempt, or this run's rollback task, moved it back; or another run
+    moved it since), or it carries the rollback tag; None while it is still the champion
+    this run made it. RollbackError when the registry cannot be read."""
+    import mlflow
+
+    name = str(promotion.get("registered_model") or cfg.benchmark.registered_model)
+    alias = str(promotion.get("alias") or cfg.benchmark.alias)
+    version = str(promotion["version"])
+    client = mlflow.MlflowClient()
+    holder = alias_holder(client, name, alias)
+    try:
+        reason = client.get_model_version(name, version).tags.get(ROLLBACK_TAG)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise RollbackError(f"cannot read {name} v{version}: {exc.message}") from None
+        reason = None  # not in this registry: it holds no alias either
+    if holder == version and not reason:
+        return None
+    where = f"v{holder}" if holder else "no version"
+    why = f" (rolled back: {reason})" if reason else ""
+    return (
+        f"{name} v{version} no longer holds alias {alias}, which points at {where}{why}: "
+        "not checked again"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m steps.serve_check.rollback",
+        description="Move the alias back from this run's version to the one before it.",
+    )
+    parser.add_argument("--version", required=True, help="the registry version this run promoted")
+    parser.add_argument(
+        "--previous-version", required=True, help='the version before it ("": none, a first)'
+    )
+    parser.add_argument("--reason", required=True, help="why (tagged on the version and run)")
+    add_common(parser, outputs=False)
+    return parser
+
+
+def run(args: argparse.Namespace) -> str:
+    cfg = load_config(args.config, args.overrides)
+    if not tracking_wanted(cfg, args.mlflow_run_id):
+        decision = "MLflow tracking is off here: the registry was not touched"
+    else:
+        import mlflow
+
+        from steps.common.tracking import connect
+
+        connect(cfg.tracking)
+        client = mlflow.MlflowClient()
+        name, alias = cfg.benchmark.registered_model, cfg.benchmark.alias
+        decision = roll_back(client, name, alias, args.version, args.previous_version, args.reason)
+        if args.mlflow_run_id and "nothing to roll back" not in decision:
+            try:
+                client.set_tag(args.mlflow_run_id, ROLLBACK_TAG, f"{args.reason}; {decision}")
+            except MlflowException as exc:
+                raise RollbackError(f"{decision}, but cannot tag the run: {exc.message}") from None
+    print(f"rollback-alias: {decision}")
+    return decision
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("rollback", run, build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    exit_process(main())

@@ -2,23 +2,33 @@
 
     python -m steps.serve_check --url URL --dataset DATASET_URI --benchmark BENCHMARK
         [--mlflow-run-id ID] [--outputs-dir DIR] [--batch 32] [--timeout-s 60]
-        [--wait-s 60] [--time-limit-s 600] [--config F] [--set k=v ...] [--debug]
+        [--wait-s S] [--time-limit-s 600] [--config F] [--set k=v ...] [--debug]
 
 BENCHMARK is the benchmark step's ``benchmark.json``: a path or URI to it, its report URI
 (the file in it is read), or the document itself (``{...}``, as an Argo parameter carries
-it). The check waits for ``GET URL/ping`` (``--wait-s``) and, when this run's benchmark
-promoted a version, for ``GET URL/v2/models/<name>`` to say that version is served (three
-answers in a row on new connections, within ``--wait-s``), then sends the first
-``serving.check_samples`` test images (default: the ``test_images`` the benchmark measured
-accuracy on) to ``URL/invocations`` in requests of ``--batch`` images, at each of
-``serving.check_concurrency``; every request answered with one class in 0..9 per image.
-The served accuracy must lie within ``benchmark.accuracy_margin`` of the benchmark's
-accuracy on the same images (``steps.common.per_image``) for what the registered model
-runs (``promotion.served_by_batch``: the variants its dispatcher picks; the eager FP32
-model where it registered no pyfunc), at every concurrency. Failing that, or another
-version served, or unreachable, or past ``--time-limit-s``: the alias moves back to the
-previous champion (``steps.serve_check.rollback``), the step prints one line naming both,
-and exits 1.
+it). The check waits, within ``--wait-s`` (default ``serving.ready_timeout_s``, the deploy
+step's deadline too), for ``GET URL/ping`` and, when this run's benchmark promoted a
+version, for ``GET URL/v2/models/<name>`` to say that version is served (three answers in
+a row on new connections): a re-applied InferenceService reads Ready before its new pods
+roll out (flows/deploy_step.py), so this is the deployment's real gate. Then, within
+``--time-limit-s``, it sends the first ``serving.check_samples`` test images (default: the
+``test_images`` the benchmark measured accuracy on) to ``URL/invocations`` in requests of
+``--batch`` images, at each of ``serving.check_concurrency``; every request answered with
+one class in 0..9 per image. The served accuracy must lie within
+``benchmark.accuracy_margin`` of the benchmark's accuracy on the same images
+(``steps.common.per_image``) for what the registered model runs
+(``promotion.served_by_batch``: the variants its dispatcher picks; the eager FP32 model
+where it registered no pyfunc), at every concurrency.
+
+The endpoint's answer is the verdict, and final: a wrong answer or accuracy, another
+version served, nothing served within ``--wait-s``, or a pass past ``--time-limit-s``
+moves the alias back to the previous champion (``steps.serve_check.rollback``), prints
+one line naming both and exits 3 (``VERDICT_EXIT``: the workflow does not retry it). A
+check whose version no longer holds the alias (an earlier attempt rolled it back) fails
+the same way without checking again, so a retry never passes after a rollback. What is no
+answer (the endpoint dropping a connection once it served the version, storage or MLflow
+failing, a crash) exits 1 and rolls nothing back: the workflow retries it, and its
+rollback tasks undo the deployment if the last attempt fails too (flows/serve_tasks.py).
 Outputs: ``passed``, ``accuracy``, ``previous-version``, ``summary.json``; MLflow:
 ``serving/...`` metrics, ``serving.url`` tag and a line in the run's description
 (``steps.serve_check.report``).
@@ -41,14 +51,23 @@ from steps.common.storage.uri import split_uri
 from steps.serve_check.http import BadAnswer, Endpoint, Unreachable, encode
 from steps.serve_check.load import Batches, TimedOut, measure
 from steps.serve_check.report import log_check, outputs, summary
+from steps.serve_check.rollback import roll_back_promotion, rolled_back_before
 
 
 class BadInput(ValueError):
     """A command-line value the check cannot use (exit 2)."""
 
 
+VERDICT_EXIT = 3  # the endpoint failed the check: final, the alias rolled back
+
+
 class CheckFailed(RuntimeError):
     """The live check failed; the message names what failed and what was rolled back."""
+
+
+class NoVerdict(RuntimeError):
+    """No verdict on the endpoint (exit 1, retried): it stopped answering once it served
+    the version."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,8 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--benchmark", required=True, help="benchmark.json: path, URI or JSON")
     parser.add_argument("--batch", type=int, default=32, help="images per request")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="connect/read timeout")
-    parser.add_argument("--wait-s", type=float, default=60.0, help="wait for GET /ping 200")
-    parser.add_argument("--time-limit-s", type=float, default=600.0, help="the whole check")
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=None,
+        help="wait for the version to be served (default: serving.ready_timeout_s)",
+    )
+    parser.add_argument(
+        "--time-limit-s", type=float, default=600.0, help="the check, once the version is served"
+    )
     add_common(parser)
     return parser
 
@@ -151,20 +177,27 @@ def run_check(
     expected,
     deployed: tuple[str, str] | None = None,
 ) -> dict:
-    """The ``deployed`` (name, version) confirmed served, then every concurrency in turn;
-    ``failure`` names the first thing that went wrong."""
+    """Within ``args.wait_s`` the endpoint answers and serves the ``deployed`` (name,
+    version); then, within ``args.time_limit_s``, every concurrency in turn. ``failure``
+    names the first thing that went wrong (a verdict); an endpoint that stops answering
+    once it served raises ``NoVerdict``."""
     endpoint = Endpoint(args.url, args.timeout_s)
-    deadline = time.monotonic() + args.time_limit_s
+    started = time.monotonic()
     results: list[dict[str, Any]] = []
     failure, confirmed = None, False
     try:
-        endpoint.wait_ready(min(args.wait_s, args.time_limit_s))
+        endpoint.wait_ready(args.wait_s)
         if deployed is not None:
-            within = min(args.wait_s, max(0.0, deadline - time.monotonic()))
-            confirmed = endpoint.wait_version(*deployed, within)
+            spent = time.monotonic() - started
+            left = max(0.0, args.wait_s - spent)
+            confirmed = endpoint.wait_version(*deployed, left, waited_s=args.wait_s - left)
+        deadline = time.monotonic() + args.time_limit_s
         for concurrency in sorted(set(cfg.serving.check_concurrency)):
-            results.append(measure(endpoint, batches, concurrency, deadline))
-    except Unreachable as exc:
+            try:
+                results.append(measure(endpoint, batches, concurrency, deadline))
+            except Unreachable as exc:  # it served, then dropped us: no verdict
+                raise NoVerdict(f"{args.url} stopped answering during the check: {exc}") from None
+    except Unreachable as exc:  # nothing served within --wait-s: the deployment failed
         failure = f"{args.url} unreachable: {exc}"
     except BadAnswer as exc:
         failure = f"{args.url}: {exc}"
@@ -189,6 +222,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     cfg = load_config(args.config, args.overrides)
     args.url = check_url(args.url)
+    if args.wait_s is None:
+        args.wait_s = cfg.serving.ready_timeout_s
     if not 1 <= args.batch <= cfg.serving.max_request_images:
         raise BadInput(f"--batch {args.batch}: use 1..{cfg.serving.max_request_images}")
     if min(args.timeout_s, args.wait_s, args.time_limit_s) <= 0:
@@ -202,16 +237,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="serve-check")
     promotion = doc.get("promotion", {})
-    check = run_check(args, cfg, batches, expected, deployed_version(cfg, promotion))
-    decision = None
-    if check["failure"]:
-        decision = _roll_back(cfg, promotion, check["failure"], tracked is not None)
-    result = summary(start, args.url, batches, expected, cfg, doc, check, decision)
-    if tracked:
-        try:
+    deployed = deployed_version(cfg, promotion)
+    passed = False
+    try:
+        earlier = rolled_back_before(cfg, promotion) if tracked and deployed else None
+        if earlier:  # a retry after a rollback: the verdict stands, nothing is checked again
+            check = {"results": [], "failure": earlier, "version_confirmed": False}
+        else:
+            check = run_check(args, cfg, batches, expected, deployed)
+        decision, passed = None, check["failure"] is None
+        if check["failure"]:
+            decision = roll_back_promotion(cfg, promotion, check["failure"], tracked is not None)
+        result = summary(start, args.url, batches, expected, cfg, doc, check, decision)
+        if tracked:
             log_check(tracked.run_id, result)
-        finally:
-            tracked.finish(check["failure"] is None)
+    finally:
+        if tracked:  # whatever happened: a joined run stays RUNNING for the next step
+            tracked.finish(passed)
     write_outputs(args.outputs_dir, outputs(result))
     if check["failure"]:
         raise CheckFailed(f"{check['failure']}; {decision}")
@@ -229,32 +271,12 @@ def deployed_version(cfg: PipelineConfig, promotion: dict[str, Any]) -> tuple[st
     return str(name), str(promotion["version"])
 
 
-def _roll_back(cfg: PipelineConfig, promotion: dict[str, Any], failure: str, tracked: bool) -> str:
-    """The alias back to the champion before this run, or why not."""
-    version = promotion.get("version")
-    if not version:
-        return "the benchmark registered nothing: no alias to move back"
-    if not promotion.get("promoted"):
-        return f"v{version} was not promoted: the alias was not this run's to move back"
-    if not tracked:
-        return "MLflow tracking is off here: the registry was not touched"
-    import mlflow
-
-    from steps.serve_check.rollback import RollbackError, roll_back
-
-    name = promotion.get("registered_model") or cfg.benchmark.registered_model
-    alias = promotion.get("alias") or cfg.benchmark.alias
-    previous = str(promotion.get("previous_version") or "")
-    try:
-        return roll_back(mlflow.MlflowClient(), name, alias, str(version), previous, failure)
-    except RollbackError as exc:
-        return f"rollback failed: {exc}"
-
-
 def _span(low: float, high: float) -> str:
     return f"{low:.4f}" if low == high else f"{low:.4f}..{high:.4f}"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_main("serve_check", run, args, user_errors=(BadInput,))
+    return run_main(
+        "serve_check", run, args, user_errors=(BadInput,), exit_codes={CheckFailed: VERDICT_EXIT}
+    )

@@ -14,7 +14,7 @@ from flows.local.errors import UnsupportedFeature
 from flows.local.pods.container import container_process
 from flows.local.pods.jobs import finished_status, resource_process
 from flows.local.pods.outputs import read_outputs, small_files
-from flows.local.pods.processes import ProcessSpec
+from flows.local.pods.processes import ProcessSpec, start_process
 from flows.local.pods.retry import Backoff, fill_retry_variables, read_result
 from flows.local.pods.script import script_process
 from flows.local.pods.services import ServiceFailed, ServiceSpec
@@ -93,7 +93,8 @@ def _serve(state: RunState, spec: ServiceSpec, record: TaskRecord, log: Path) ->
     """An InferenceService's apply (ready, or ``ServiceFailed``) or delete."""
     if not spec.delete:
         try:
-            return state.services.apply(spec, record.name, log, record.tail, state.stopping)
+            launch = getattr(state.handler, "start_service", start_process)
+            return state.services.apply(spec, record.name, log, record.tail, state.stopping, launch)
         except ServiceFailed as exc:
             record.exit_code = exc.code
             raise

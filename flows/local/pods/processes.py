@@ -107,6 +107,12 @@ class SubprocessHandler:
                 sink.write(f"{message}\n".encode())
             return code
 
+    def start_service(self, spec: ProcessSpec, sink: IO[bytes]) -> subprocess.Popen:
+        """An InferenceService's server, which outlives its node
+        (``flows.local.pods.services``): started here so a test's handler may start it
+        otherwise."""
+        return start_process(spec, sink)
+
     @staticmethod
     def _kill(process: subprocess.Popen) -> None:
         """SIGTERM the task's process group, SIGKILL it after 10 s, then SIGKILL every
@@ -132,6 +138,15 @@ class SubprocessHandler:
             running = list(self._running)
         for process in running:
             self._kill(process)
+
+
+def start_process(spec: ProcessSpec, sink: IO[bytes]) -> subprocess.Popen:
+    """A process that outlives its node (an InferenceService's server), in a session of its
+    own, its output into ``sink``."""
+    return subprocess.Popen(
+        spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
+        stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
 
 
 def descendants(pid: int) -> set[int]:

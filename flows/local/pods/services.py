@@ -19,6 +19,21 @@ process at the same URL (the old one stopped first; on the cluster the Service's
 stays too, so a task given the first URL reaches the new model), a delete stops it, and
 ``stop_all`` (the end of the run, whatever happened) stops every one, their process groups
 and every descendant.
+
+A re-apply over a service that is Ready succeeds at once, as on the cluster: Argo's first
+GET comes right after ``kubectl apply``, before KServe reconciled the new spec, and reads
+the previous version's Ready (argo-workflows v4.0.5 workflow/executor/resource.go
+WaitResource polls immediately; flows/deploy_step.py). The new process then starts in the
+background and the service is Ready again once it answers; what follows the deploy must
+wait for it, as serve-check waits for the version. (On the cluster the old pods serve
+until the new ones are Ready; here the old process is stopped first, the port being one:
+a request in between gets no answer rather than the old version.) A re-apply over a
+service that is not Ready (a rollback after a new version that never became ready) waits
+for its process, as Argo then reads no Ready until the rollback's pods are.
+
+The process is started by the run's task handler when it has ``start_service(spec,
+sink)`` (``SubprocessHandler`` does), so a test can start a server that is slow to become
+ready, or never does, as the runner's other processes are swapped in tests.
 """
 
 from __future__ import annotations
@@ -35,15 +50,16 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from flows.local.errors import UnsupportedFeature
 from flows.local.pods.container import container_env, free_port, local_argv, named
-from flows.local.pods.processes import ProcessSpec, SubprocessHandler
+from flows.local.pods.processes import ProcessSpec, SubprocessHandler, start_process
 from flows.local.signals import STOP_SIGNALS
 
 DEFAULT_READY_S = 600.0
 POLL_S = 0.1  # between readiness probes: a local server is ready in well under a second
+Launch = Callable[[ProcessSpec, IO[bytes]], subprocess.Popen]
 
 
 @dataclass
@@ -140,7 +156,7 @@ class Service:
     task: str
     log: Path
     process: subprocess.Popen
-    state: str = "Ready"  # Ready | Stopped
+    state: str = "Starting"  # Starting | Ready | Stopped
 
 
 class LocalServices:
@@ -168,26 +184,41 @@ class LocalServices:
             }  # fmt: skip
 
     def apply(
-        self, spec: ServiceSpec, task: str, log: Path, tail: deque[str], stopping: threading.Event
+        self,
+        spec: ServiceSpec,
+        task: str,
+        log: Path,
+        tail: deque[str],
+        stopping: threading.Event,
+        launch: Launch = start_process,
     ) -> int:
         """Start (or replace) the service and wait until it is ready: 0, or a
-        ``ServiceFailed`` naming why; a stop of the run while waiting: -SIGTERM."""
+        ``ServiceFailed`` naming why; a stop of the run while waiting: -SIGTERM. Over a
+        service that is Ready: 0 at once, the new process made ready in the background."""
         with self._lock:
             earlier = self._services.get(spec.name)
+        was_ready = earlier is not None and earlier.state == "Ready"
         if earlier is not None and earlier.state != "Stopped":  # a re-apply (a rollback)
             replaced = self.delete(spec.name)  # replaces the process
             tail.append(replaced)
             with open(log, "a") as handle:
                 handle.write(f"{replaced}\n")
         with open(log, "ab") as sink:
-            process = subprocess.Popen(
-                spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
-                stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+            process = launch(spec, sink)
         service = Service(spec.name, spec.url, task, log, process)
         with self._lock:
             self._services[spec.name] = service
             closed = self._closed
+        if was_ready and not closed:
+            line = (
+                f"InferenceService {spec.name}: re-applied over a Ready service, Ready as "
+                f"Argo first reads it; the new server starts at {spec.url}"
+            )
+            tail.append(line)
+            with open(log, "a") as handle:
+                handle.write(f"{line}\n")
+            threading.Thread(target=self._roll_out, args=(service, spec), daemon=True).start()
+            return 0
         what = f"GET {spec.ready_path}" if spec.ready_path else "a connection"
         deadline = time.monotonic() + (spec.deadline_s or DEFAULT_READY_S)
         while not closed and not stopping.is_set():
@@ -201,6 +232,7 @@ class LocalServices:
                     code,
                 )
             if _ready(spec.url, spec.ready_path):
+                service.state = "Ready"
                 tail.append(f"InferenceService {spec.name} ready at {spec.url}")
                 return 0
             if time.monotonic() > deadline:
@@ -213,6 +245,25 @@ class LocalServices:
             stopping.wait(POLL_S)
         self._stop(service)
         return -signal.SIGTERM
+
+    def _roll_out(self, service: Service, spec: ServiceSpec) -> None:
+        """A re-applied service's new process, watched until it answers (Ready), exits, or
+        is stopped; each outcome a line in its log."""
+        while service.state == "Starting":
+            if service.process.poll() is not None:
+                line = f"exited with code {service.process.returncode} before it was ready"
+                break
+            if _ready(spec.url, spec.ready_path):
+                with self._lock:
+                    if service.state == "Starting":
+                        service.state = "Ready"
+                line = f"ready at {spec.url}"
+                break
+            time.sleep(POLL_S)
+        else:
+            return
+        with contextlib.suppress(OSError), open(service.log, "a") as handle:
+            handle.write(f"--- InferenceService {service.name} {line}\n")
 
     def delete(self, name: str) -> str:
         """Stop the service ``name`` if this run started it; what happened, one line."""

@@ -15,7 +15,7 @@ class ServingConfig(Section):
         True, description="deploy the champion and check it live when the benchmark moved it"
     )
     name: KubeName = Field("cifar10-classifier", description="InferenceService name")
-    min_replicas: int = Field(1, ge=0, description="predictor replicas at least (0: scale to 0)")
+    min_replicas: int = Field(1, ge=0, description="predictor replicas at least (1 or more)")
     max_replicas: int = Field(1, ge=1, description="predictor replicas at most")
     cpu: Quantity = Field("1", description="CPU request and limit of a predictor pod")
     memory: Quantity = Field("2Gi", description="memory request and limit of a predictor pod")
@@ -45,6 +45,21 @@ class ServingConfig(Section):
     ready_timeout_s: float = Field(
         600.0, gt=0, description="how long the deployment may take to become ready"
     )
+
+    @field_validator("min_replicas")
+    @classmethod
+    def _no_scale_to_zero(cls, value: int) -> int:
+        # KServe v0.19.0's Standard mode scales the predictor's Deployment with an HPA whose
+        # minReplicas is at least 1 (pkg/controller/v1beta1/inferenceservice/reconcilers/hpa/
+        # hpa_reconciler.go createHPA: below constants.DefaultMinReplicas it takes 1); only
+        # the "none" autoscaler class would set 0 replicas, which serves nothing at all.
+        if value == 0:
+            raise ValueError(
+                "0: KServe in Standard mode never scales to zero (its HPA keeps at least 1 "
+                "replica; scale to zero needs Knative or KEDA, which configs/cluster does "
+                "not install): use 1 or more"
+            )
+        return value
 
     @field_validator("check_concurrency")
     @classmethod

@@ -201,9 +201,12 @@ def test_the_training_operator_gang_schedules_with_volcano() -> None:
 
 
 def test_the_trainer_runtime_is_what_the_flow_renders(capsys) -> None:
-    from flows import cli
+    from flows import cifar, cli
 
-    assert cli.main(["--config", str(REPO_ROOT / "configs" / "kind.yaml"), "--render-runtime"]) == 0
+    assert (
+        cli.main(["--config", str(REPO_ROOT / "configs" / "kind.yaml"), "--render-runtime"], cifar)
+        == 0
+    )
     rendered = capsys.readouterr().out
     written = (CLUSTER / "trainer" / "runtime.yaml").read_text()
     assert yaml.safe_load(written) == yaml.safe_load(rendered), (

@@ -22,6 +22,10 @@ def test_the_code_keeps_the_import_rule(rule) -> None:
     assert rule(GRAPH) == [], rule.__doc__
 
 
+def test_every_import_rule_has_a_broken_example() -> None:
+    assert {case.split(" (")[0] for case in BROKEN} == set(RULES_BY_NAME)
+
+
 def test_every_step_runs_as_a_module() -> None:
     for step in ("stage_data", "train", "optimize", "benchmark", "serve", "serve_check"):
         assert (REPO_ROOT / "steps" / step / "__main__.py").is_file(), step
@@ -55,6 +59,16 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         },
         "flows.local.runner <-> flows.local.view",
     ),
+    # a script's __main__ block that imports a module importing the script: ``python
+    # flows/cifar.py`` would run cifar.py twice, as __main__ and as flows.cifar
+    "import_cycles (__main__ block)": (
+        {
+            "flows/cifar.py": "def build():\n    pass\n\n\n"
+            'if __name__ == "__main__":\n    from flows.cli import main\n',
+            "flows/cli.py": "from flows.cifar import build\n",
+        },
+        "flows.cifar <-> flows.cli",
+    ),
     "only_benchmarks_use_the_test_servers": (
         {
             "benchmarks/serving.py": "from tests.test_serve import serving\n",
@@ -72,9 +86,14 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
 }
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.__name__)
-def test_the_checker_finds_a_broken_rule(rule, tmp_path: Path) -> None:
-    files, words = BROKEN[rule.__name__]
+RULES_BY_NAME = {rule.__name__: rule for rule in RULES}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_the_checker_finds_a_broken_rule(case: str, tmp_path: Path) -> None:
+    """Each entry of BROKEN (a rule's name, and what breaks it) is caught by its rule."""
+    rule = RULES_BY_NAME[case.split(" (")[0]]
+    files, words = BROKEN[case]
     for package in ("steps", "flows", "steps/common", "steps/stage_data", "steps/train"):
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
         (tmp_path / package / "__init__.py").write_text("")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flows import cli
+from flows import cifar, cli
 from flows.cifar import build_template
 from flows.manifests import trainjob
 from flows.manifests.names import FlowError, labels
@@ -277,7 +277,8 @@ def test_trainjob_renders_pass_the_strict_schema_check(tmp_path: Path, capsys) -
                         TRAINJOB,
                         *[a for e in extra for a in ("--set", e)],
                         "--render-runtime",
-                    ]
+                    ],
+                    cifar,
                 )
                 == 0
             )
@@ -312,7 +313,7 @@ def test_a_local_run_of_a_trainjob_config_runs_the_trainjob(monkeypatch, tmp_pat
 
     monkeypatch.setattr("flows.local.run.run_local", fake_run_local)
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["--config", str(SMOKE), "--set", TRAINJOB]) == 0
+    assert cli.main(["--config", str(SMOKE), "--set", TRAINJOB], cifar) == 0
     (template,) = seen["templates"]
     ref = seen["workflow"]["spec"]["workflowTemplateRef"]["name"]
     assert ref == template["metadata"]["name"]

@@ -21,8 +21,13 @@ import yaml
 from flows import argo_server, parameters, submit
 from flows.manifests import trainjob
 from flows.manifests.names import FlowError, labels
-from flows.manifests.pytorchjob import nproc_per_node
-from steps.common.config import REPO_ROOT, ConfigError, PipelineConfig, load_config
+from steps.common.config import (
+    REPO_ROOT,
+    ConfigError,
+    PipelineConfig,
+    load_config,
+    with_overrides,
+)
 from steps.common.version import git_revision
 
 if TYPE_CHECKING:
@@ -195,11 +200,8 @@ def run(args: argparse.Namespace, pipeline: Pipeline) -> int:
     # -p values are checked as the config fields they stand for; the template keeps the
     # config's values as defaults, the run gets the given ones
     base = argo_server.resolve_config(load_config(args.config, args.overrides), os.environ)
-    given = base
-    if values:  # loaded again so each value is checked and reported as its field
-        overrides = [*args.overrides, *parameters.as_overrides(values)]
-        given = argo_server.resolve_config(load_config(args.config, overrides), os.environ)
-    nproc_per_node(given)  # the run's processes must fit its GPUs, whatever the template's
+    given = with_overrides(base, parameters.as_overrides(values), args.config)
+    given.processes_per_node()  # the run's processes must fit its GPUs, whatever the template's
     if args.render_runtime:
         applied = {k: v for k, v in labels(base).items() if k != "app.kubernetes.io/managed-by"}
         runtime = trainjob.build_runtime(base, applied)  # applied by kustomize, not Hera

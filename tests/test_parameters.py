@@ -95,6 +95,17 @@ def test_steps_read_the_parameters_and_never_the_configs_value() -> None:
     assert literal["data.source"] == cfg.data.source
 
 
+@pytest.mark.parametrize("mode", [["--render"], []], ids=["render", "here"])
+def test_the_config_is_read_once_with_p_values(mode, monkeypatch) -> None:
+    """-p values are applied to the loaded config (each checked as its field), not by
+    reading and validating the whole config a second time."""
+    read = []
+    monkeypatch.setattr(cli, "load_config", lambda *a: read.append(a) or load_config(*a))
+    monkeypatch.setattr(cli, "run_here", lambda *args: 0)
+    assert cli.main(["--config", SMOKE, *mode, "-p", "epochs=1", "-p", "lr=0.5"], cifar) == 0
+    assert len(read) == 1
+
+
 def test_a_local_run_applies_p_as_the_fields_it_stands_for(monkeypatch) -> None:
     seen = {}
 

@@ -159,7 +159,7 @@ def test_nproc_per_node_is_in_the_spec(nproc: str, gpus: int, expected: str) -> 
 
 
 def test_more_processes_than_gpus_is_refused() -> None:
-    with pytest.raises(FlowError, match=r"train\.nproc_per_node 16 > cluster\.gpus_per_node 8"):
+    with pytest.raises(ConfigError, match=r"train\.nproc_per_node 16 > cluster\.gpus_per_node 8"):
         job(REPO_ROOT / "configs" / "cluster.yaml", "train.nproc_per_node=16")
 
 

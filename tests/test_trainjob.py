@@ -16,10 +16,10 @@ import yaml
 from flows import cifar, cli
 from flows.cifar import build_template
 from flows.manifests import trainjob
-from flows.manifests.names import FlowError, labels
+from flows.manifests.names import labels
 from flows.manifests.pod import EnvSpec
 from flows.train_step import ARGO_WORKFLOW_LABEL
-from steps.common.config import load_config
+from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 from tests.test_flow import (
     CONFIGS,
@@ -257,7 +257,7 @@ def test_the_parameters_size_the_trainjob() -> None:
 
 def test_more_processes_than_gpus_is_refused() -> None:
     cfg = load_config(SMOKE, [TRAINJOB, "train.nproc_per_node=4", "cluster.gpus_per_node=2"])
-    with pytest.raises(FlowError, match=r"train\.nproc_per_node 4 > cluster\.gpus_per_node 2"):
+    with pytest.raises(ConfigError, match=r"train\.nproc_per_node 4 > cluster\.gpus_per_node 2"):
         build_template(cfg)
 
 

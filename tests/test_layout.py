@@ -38,8 +38,8 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         "steps.train.fit imports steps.optimize.variants (another step)",
     ),
     "common_imports_no_step_or_flow": (
-        {"steps/common/tracking.py": "import flows.cli\n"},
-        "steps.common.tracking imports flows.cli",
+        {"steps/common/pipeline_run.py": "import flows.cli\n"},
+        "steps.common.pipeline_run imports flows.cli",
     ),
     "local_runner_imports_no_step_code": (
         {"flows/local/runner.py": "from steps.common.config import load_config\n"},

@@ -197,6 +197,26 @@ def import_cycles(graph: dict[str, Module]) -> list[str]:
     return cycles
 
 
+def nodes_and_pods_one_way(graph: dict[str, Module]) -> list[str]:
+    """The local runner's pod path goes one way: ``flows.local.nodes`` imports
+    ``flows.local.pods``, never the reverse; ``flows.local.state``, which both read,
+    imports neither."""
+    problems = []
+    for module in graph.values():
+        if module.name.startswith("flows.local.pods"):
+            banned: tuple[str, ...] = ("flows.local.nodes",)
+        elif module.name == "flows.local.state":
+            banned = ("flows.local.nodes", "flows.local.pods")
+        else:
+            continue
+        problems += [
+            f"{module.name} imports {target}"
+            for target in sorted(module.imports)
+            if target.startswith(banned)
+        ]
+    return problems
+
+
 # The real servers' launchers (SeaweedFS S3, an mlflow server), written once for the tests
 # and the benchmarks that measure against the same servers; the design card fixes the top
 # level, so they live with the tests.
@@ -242,6 +262,7 @@ RULES = (
     step_imports_only_common_and_itself,
     common_imports_no_step_or_flow,
     local_runner_imports_no_step_code,
+    nodes_and_pods_one_way,
     staging_never_imports_torch,
     import_cycles,
     only_benchmarks_use_the_test_servers,

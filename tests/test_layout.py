@@ -45,6 +45,14 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         {"flows/local/runner.py": "from steps.common.config import load_config\n"},
         "flows.local.runner imports steps.common.config",
     ),
+    "nodes_and_pods_one_way": (
+        {"flows/local/pods/pod.py": "from flows.local.nodes.node import run_node\n"},
+        "flows.local.pods.pod imports flows.local.nodes.node",
+    ),
+    "nodes_and_pods_one_way (state)": (
+        {"flows/local/state.py": "from flows.local.pods.processes import TaskHandler\n"},
+        "flows.local.state imports flows.local.pods.processes",
+    ),
     "staging_never_imports_torch": (
         {
             "steps/stage_data/step.py": "from steps.common.models import build_model\n",
@@ -286,11 +294,56 @@ def test_the_stub_check_finds_a_mixin() -> None:
     assert declared_stubs(held, "m") == []
 
 
+def run_node_as_a_value(source: str, module: str) -> list[str]:
+    """Where ``run_node`` is handed on instead of called: a parameter of that name, or the
+    name used other than as the function of a call (passed, stored, returned). Its
+    callers are then found by reading for ``run_node(``, as Argo's for ``executeTemplate(``."""
+    tree = ast.parse(source)
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.arg == "run_node":
+            found.append(f"{module}:{node.lineno}: a parameter named run_node")
+        named = (isinstance(node, ast.Name) and node.id == "run_node") or (
+            isinstance(node, ast.Attribute) and node.attr == "run_node"
+        )
+        if named and isinstance(node.ctx, ast.Load) and id(node) not in called:
+            found.append(f"{module}:{node.lineno}: run_node handed on as a value")
+    return found
+
+
+def test_run_node_is_called_by_name() -> None:
+    """Who runs a node reads as it does in Argo's controller: the DAG's and steps' loop call
+    ``run_node`` by name (executeTemplate), no function passed down to reach it."""
+    found = [
+        problem
+        for path in sorted(LOCAL.rglob("*.py"))
+        for problem in run_node_as_a_value(path.read_text(), str(path.relative_to(REPO_ROOT)))
+    ]
+    assert found == []
+    assert "run_node(" in (LOCAL / "nodes" / "node.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ("def run_dag(state, run_node):\n    run_node(state)\n", "a parameter named run_node"),
+        ("from x import run_node\nschedule(state, run_node)\n", "handed on as a value"),
+        ("pool.submit(nodes.run_node, state)\n", "handed on as a value"),
+        ("RUN = {'node': run_node}\n", "handed on as a value"),
+    ],
+    ids=["parameter", "argument", "attribute", "stored"],
+)
+def test_the_run_node_check_finds_it_handed_on(source: str, words: str) -> None:
+    assert any(words in problem for problem in run_node_as_a_value(source, "m"))
+    assert run_node_as_a_value("from x import run_node\nrun_node(state, task)\n", "m") == []
+
+
 def test_the_local_runner_has_one_scheduling_loop() -> None:
-    """Nodes start on threads in one place (flows/local/nodes/schedule.py)."""
+    """Nodes start on threads in one place (flows/local/nodes/node.py's run_nodes)."""
     pools = [
         str(path.relative_to(REPO_ROOT))
         for path in sorted(LOCAL.rglob("*.py"))
         if "ThreadPoolExecutor(" in path.read_text()
     ]
-    assert pools == ["flows/local/nodes/schedule.py"]
+    assert pools == ["flows/local/nodes/node.py"]

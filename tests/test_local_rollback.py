@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from flows.cifar import build_submission, build_template
 from flows.cli import localize
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler
-from flows.local.records import RunResult
+from flows.local.status import RunResult
 from flows.local.workflow import LocalRunner
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT, S3Bucket

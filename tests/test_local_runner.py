@@ -19,7 +19,7 @@ from hera.workflows import models as m
 
 from flows.local.checks.fields import unsupported
 from flows.local.errors import UnsupportedFeature
-from flows.local.records import TaskState
+from flows.local.status import TaskState
 from flows.local.substitution import substitute
 from flows.local.workflow import LocalRunner
 from tests.conftest import REPO_ROOT

@@ -13,7 +13,7 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 
-from flows.local.records import RunResult, TaskRecord, TaskState, file_name
+from flows.local.status import RunResult, TaskRecord, TaskState, file_name
 
 if TYPE_CHECKING:
     from flows.local.workflow import LocalRunner

@@ -22,21 +22,24 @@ from typing import Any
 
 from flows.local.checks.fields import unsupported
 from flows.local.checks.lint import lint
-from flows.local.checks.resources import serves
 from flows.local.errors import UnsupportedFeature
 from flows.local.memo import MemoCache, default_cache_dir
 from flows.local.nodes.node import run_node
+from flows.local.pods.manifest import serves
+from flows.local.pods.pod import Pods
 from flows.local.pods.processes import SubprocessHandler, TaskHandler
-from flows.local.records import RunResult, TaskRecord, TaskState
+from flows.local.pods.services import LocalServices
 from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
 from flows.local.state import RunState
+from flows.local.status import RunResult, TaskRecord, TaskState
 from flows.local.template_ref import resolve
 
 
 class LocalRunner:
-    """Executes one workflow manifest; ``handler`` starts the processes (swappable in tests).
-    Its run's state (``state``: records, globals, lock, handler, stop events) goes to the
-    functions that run the nodes, ``flows.local.nodes.node.run_node`` first."""
+    """Executes one workflow manifest. Its run's state (``state``: the node records, the
+    globals, the stop events) and its pods (``pods``: the task handler, swappable in
+    tests, the InferenceServices, the workflow's parallelism) go to
+    ``flows.local.nodes.node.run_node``, for the entrypoint and then the exit handler."""
 
     def __init__(
         self,
@@ -48,7 +51,7 @@ class LocalRunner:
         cwd: Path | None = None,
         env: dict[str, str] | None = None,
         on_change: Any = None,
-        sleep: Any = time.sleep,
+        sleep: Any = None,
         workflow_templates: list[dict[str, Any]] | None = None,
         parameters: dict[str, str] | None = None,
     ) -> None:
@@ -64,26 +67,23 @@ class LocalRunner:
         )
         self.run_dir = Path(runs_dir) / self.name
         self.on_change = on_change or (lambda runner: None)
-        limit = spec.get("parallelism")
         self.state = RunState(
             name=self.name,
             manifest=manifest,
             run_dir=self.run_dir,
             templates=self.templates,
-            globals={},
-            records={},
-            handler=handler or SubprocessHandler(),
             memo=MemoCache(cache_dir or default_cache_dir()),
             cwd=cwd or Path.cwd(),
-            env=dict(os.environ if env is None else env),
-            on_change=lambda: self.on_change(self),
-            sleep=sleep,
-            pod_slots=threading.BoundedSemaphore(int(limit)) if limit else None,
+            on_change=self._changed,
         )
-        self.globals = self.state.globals
-        self.tasks = self.state.records  # every node by its key
-        self.services = self.state.services  # InferenceServices: up until the run ends
-        self.kept = self.state.kept  # nodes a resumed run keeps from the earlier one
+        limit = spec.get("parallelism")
+        self.pods = Pods(
+            self.state,
+            handler or SubprocessHandler(),
+            dict(os.environ if env is None else env),
+            parallelism=int(limit) if limit else None,
+            wait=sleep,  # a test's clock; by default the backoff waits until a stop
+        )
         self.globals.update({
             "workflow.name": self.name,
             "workflow.namespace": manifest["metadata"].get("namespace", "local"),
@@ -116,13 +116,36 @@ class LocalRunner:
         if not composite:
             self.tasks[self.name] = self.root
         exit_name = spec.get("onExit")
-        self.exit_task = self.state.exit_task = (
-            TaskRecord("onExit", exit_name) if exit_name else None
-        )
+        self.state.exit_task = TaskRecord("onExit", exit_name) if exit_name else None
         self.started = time.time()
 
+    @property
+    def tasks(self) -> dict[str, TaskRecord]:
+        """Every node by its key (``state.tasks``)."""
+        return self.state.tasks
+
+    @property
+    def globals(self) -> dict[str, str]:
+        """The workflow's variables: ``workflow.*`` (``state.globals``)."""
+        return self.state.globals
+
+    @property
+    def exit_task(self) -> TaskRecord | None:
+        """The exit handler's node (``state.exit_task``), None without ``onExit``."""
+        return self.state.exit_task
+
+    @property
+    def services(self) -> LocalServices:
+        """The run's InferenceServices, up until the run ends (``pods.services``)."""
+        return self.pods.services
+
     def save_state(self) -> None:
-        self.state.save()
+        self.state.save(self.pods.services.describe())
+
+    def _changed(self) -> None:
+        """Nodes started or finished: the state on disk and the view follow."""
+        self.save_state()
+        self.on_change(self)
 
     @classmethod
     def resume(cls, run_dir: Path, **kwargs: Any) -> LocalRunner:
@@ -145,7 +168,8 @@ class LocalRunner:
                 record.state, record.outputs = TaskState(saved["state"]), saved["outputs"]
                 record.result, record.kind = saved.get("result"), saved.get("kind", "Pod")
                 record.attempts, record.message = saved["attempts"], "kept from the earlier run"
-                runner.kept.add(name)
+                record.children = list(saved.get("children", []))  # a TaskGroup's items
+                runner.state.kept.add(name)
         return runner
 
     # --- the run ------------------------------------------------------------------------
@@ -156,7 +180,7 @@ class LocalRunner:
             try:
                 status = self._run_to_end()
             finally:  # whatever happened: no InferenceService outlives the run
-                self.services.stop_all()
+                self.pods.services.stop_all()
                 self.save_state()
         return RunResult(
             self.name, status, self.run_dir, self.tasks, self.globals, time.time() - self.started
@@ -197,7 +221,7 @@ class LocalRunner:
             self._run_exit_handler(status)
         except KeyboardInterrupt as exc:
             second = as_stop(exc)
-            self.state.stop()
+            self.pods.stop()
             if self.exit_task:
                 self.exit_task.state = TaskState.FAILED
                 self.exit_task.message = f"stopped at once by a second signal ({second})"
@@ -217,10 +241,10 @@ class LocalRunner:
             timer.start()
         try:
             self.root.state = TaskState.RUNNING
-            run_node(self.state, self.entry_task, self.root, dict(self.globals))
+            run_node(self.state, self.pods, self.entry_task, self.root, dict(self.globals))
         except BaseException:
             # Ctrl-C: stop the processes first, or the pool would wait for them.
-            self.state.stop()
+            self.pods.stop()
             raise
         finally:
             if timer:
@@ -232,7 +256,7 @@ class LocalRunner:
     def _deadline(self) -> None:
         """Workflow activeDeadlineSeconds: Argo fails the running nodes and schedules none."""
         self.state.deadline_passed.set()
-        self.state.stop()
+        self.pods.stop()
 
     # --- the exit handler ------------------------------------------------------------------------
     def _run_exit_handler(self, status: str) -> None:
@@ -241,12 +265,12 @@ class LocalRunner:
         record = self.exit_task
         record.state = TaskState.RUNNING
         self.state.stopping.clear()
-        reset = getattr(self.state.handler, "reset", None)
+        reset = getattr(self.pods.handler, "reset", None)
         if reset:  # the exit handler's process may start after a stop
             reset()
         task = {"name": "onExit", "template": record.template}
         self.globals["workflow.status"] = status
-        run_node(self.state, task, record)
+        run_node(self.state, self.pods, task, record)
         self.save_state()  # the handler's own record too
         self.on_change(self)
 

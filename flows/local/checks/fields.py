@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from pathlib import PurePosixPath
 from typing import Any
 
 from flows.local.checks.resources import resource_problems
 from flows.local.conditions.depends import depends_problems
 from flows.local.expr.evaluate import problems as expression_problems
 from flows.local.nodes.loops import LOOP_FIELDS
+from flows.local.pods.script import script_interpreter_problem
 from flows.local.substitution import EXPRESSION, expressions
 
 SUPPORTED_EXPRESSIONS = (
@@ -33,7 +33,6 @@ SUPPORTED_EXPRESSIONS = (
 )
 RETRY_EXPRESSION = SUPPORTED_EXPRESSIONS[-1]  # only in a pod's template with a retryStrategy
 ITEM_EXPRESSION = re.compile(r"item(\.[\w-]+)?")  # only in a looping task or step
-LOCAL_INTERPRETERS = re.compile(r"python(3(\.\d+)?)?|sh|bash")
 
 # Per part of the manifest: fields implemented, and fields accepted with no local effect.
 SPEC_FIELDS = {
@@ -126,16 +125,6 @@ def _split_loops(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any]]:
 
 def _loops(task: Mapping[str, Any]) -> bool:
     return any(field in task for field in LOOP_FIELDS)
-
-
-def script_interpreter_problem(where: str, script: Mapping[str, Any]) -> str | None:
-    """Why a script template cannot run here, or None."""
-    command = script.get("command") or []
-    if not command:
-        return f"{where}: script has no command (the image's interpreter is not known here)"
-    if not LOCAL_INTERPRETERS.fullmatch(PurePosixPath(str(command[0])).name):
-        return f"{where}: script command {command[0]!r} (only python, sh and bash run locally)"
-    return None
 
 
 def _check_task(where: str, task: Mapping[str, Any], fields: set[str]) -> list[str]:

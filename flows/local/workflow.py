@@ -10,13 +10,13 @@ a ``state.json`` from which ``resume`` continues a failed or interrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,9 @@ from flows.local.pods.services import LocalServices
 from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
 from flows.local.state import RunState
 from flows.local.status import RunResult, TaskRecord, TaskState
+from flows.local.synchronization import default_lock_dir, held, mutex_names
 from flows.local.template_ref import resolve
+from flows.local.variables import failures_json, start_globals
 
 
 class LocalRunner:
@@ -54,6 +56,7 @@ class LocalRunner:
         sleep: Any = None,
         workflow_templates: list[dict[str, Any]] | None = None,
         parameters: dict[str, str] | None = None,
+        lock_dir: Path | None = None,
     ) -> None:
         manifest = resolve(manifest, workflow_templates or (), parameters)
         problems = unsupported(manifest) + lint(manifest)
@@ -84,21 +87,11 @@ class LocalRunner:
             parallelism=int(limit) if limit else None,
             wait=sleep,  # a test's clock; by default the backoff waits until a stop
         )
-        self.globals.update({
-            "workflow.name": self.name,
-            "workflow.namespace": manifest["metadata"].get("namespace", "local"),
-            "workflow.uid": str(uuid.uuid4()),
-            "workflow.creationTimestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
-            "workflow.status": "Running",
-        })  # fmt: skip
-        arguments = spec.get("arguments", {}).get("parameters", [])
-        # all of them as one JSON string, before a parameter named "json" may replace it
-        self.globals["workflow.parameters.json"] = parameters_json(arguments)
-        for parameter in arguments:
-            self.globals[f"workflow.parameters.{parameter['name']}"] = str(
-                parameter.get("value", "")
-            )
+        self.globals.update(start_globals(manifest, self.name))
+        # spec.synchronization: one run at a time per mutex, across this machine's runs
+        self.mutexes = mutex_names(spec, self.globals["workflow.namespace"])
+        self.lock_dir = lock_dir or default_lock_dir()
+        self.message = ""  # the workflow's own message (Argo's status.message): a wait
         entry = self.templates[spec["entrypoint"]]
         # the entrypoint is the root node: it gets the workflow's arguments as its inputs
         self.entry_task = {
@@ -188,34 +181,39 @@ class LocalRunner:
 
     def _run_to_end(self) -> str:
         self.save_state()
-        try:
-            status = self._run_entry()
-        except KeyboardInterrupt as exc:
-            stop = as_stop(exc)
-            for record in self.tasks.values():
-                if record.state is TaskState.RUNNING:  # its thread was stopped first
-                    record.state, record.message = TaskState.FAILED, STOP_MESSAGE
-                    record.finished = time.time()
-            self._finish("Failed", stop)
-            raise stop from None
-        self._finish(status, None)
+        with contextlib.ExitStack() as locks:  # held until the exit handler ended
+            try:
+                locks.enter_context(
+                    held(self.mutexes, self.lock_dir, self.state.stopping, self._waiting)
+                )
+                status = self._run_entry()
+            except KeyboardInterrupt as exc:
+                stop = as_stop(exc)
+                for record in self.tasks.values():
+                    if record.state is TaskState.RUNNING:  # its thread was stopped first
+                        record.state, record.message = TaskState.FAILED, STOP_MESSAGE
+                        record.finished = time.time()
+                self._finish("Failed", stop)
+                raise stop from None
+            self._finish(status, None)
         if self.exit_task and self.exit_task.state.failed:  # Failed or Error
             status = self.globals["workflow.status"] = "Failed"  # as Argo marks it
             self.save_state()
         return status
+
+    def _waiting(self, message: str) -> None:
+        """Pending for a mutex another run holds (Argo's message), or no longer ("")."""
+        self.message = message
+        if not message:
+            self.started = time.time()  # the run starts once it holds its locks
+        self._changed()
 
     def _finish(self, status: str, stop: RunStopped | None) -> None:
         """Argo's end of a workflow: its status, duration and failures, then the exit handler.
         A second signal while the exit handler runs stops it at once."""
         self.globals["workflow.status"] = status
         self.globals["workflow.duration"] = f"{time.time() - self.started:.6f}"
-        self.globals["workflow.failures"] = json.dumps(
-            [
-                {"displayName": r.name, "message": r.message, "templateName": r.template,
-                 "phase": r.state.value, "podName": r.name, "finishedAt": _rfc3339(r.finished)}
-                for r in list(self.tasks.values()) if r.state.failed
-            ]
-        )  # fmt: skip
+        self.globals["workflow.failures"] = failures_json(list(self.tasks.values()))
         self.save_state()
         try:
             self._run_exit_handler(status)
@@ -273,40 +271,3 @@ class LocalRunner:
         run_node(self.state, self.pods, task, record)
         self.save_state()  # the handler's own record too
         self.on_change(self)
-
-
-PARAMETER_FIELDS = ("name", "default", "value", "valueFrom", "globalName", "enum", "description")
-
-
-def parameters_json(parameters: list[dict[str, Any]]) -> str:
-    """``{{workflow.parameters.json}}``: the workflow's arguments as Go's ``json.Marshal``
-    writes Argo's ``[]Parameter`` (its field order, empty fields left out, values as
-    strings), as argo-workflows v4.0.5 workflow/controller/operator.go sets it among the
-    globals. Argo's examples/conditionals.yaml reads it with ``jsonpath``."""
-    written = []
-    for parameter in parameters:
-        item: dict[str, Any] = {}
-        for name in PARAMETER_FIELDS:
-            value = parameter.get(name)
-            if value is None or (name in ("globalName", "enum") and not value):
-                continue  # omitempty: a nil pointer, an empty string or list
-            if name in ("default", "value", "description"):
-                value = _go_string(value)
-            elif name == "enum":
-                value = [_go_string(v) for v in value]
-            item[name] = value
-        written.append(item)
-    text = json.dumps(written, separators=(",", ":"), ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _go_string(value: Any) -> str:
-    """A YAML scalar as Argo's AnyString holds it (``true``, not Python's ``True``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _rfc3339(epoch: float | None) -> str | None:
-    """Argo's timestamps in {{workflow.failures}}: RFC 3339, UTC, seconds."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

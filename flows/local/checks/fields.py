@@ -37,6 +37,7 @@ ITEM_EXPRESSION = re.compile(r"item(\.[\w-]+)?")  # only in a looping task or st
 # Per part of the manifest: fields implemented, and fields accepted with no local effect.
 SPEC_FIELDS = {
     "entrypoint", "templates", "arguments", "onExit", "parallelism", "activeDeadlineSeconds",
+    "synchronization",
 }  # fmt: skip
 SPEC_IGNORED = {
     "serviceAccountName", "ttlStrategy", "podGC", "securityContext", "podMetadata",
@@ -44,10 +45,13 @@ SPEC_IGNORED = {
     "priorityClassName", "podPriorityClassName", "archiveLogs",
     "artifactRepositoryRef", "hostNetwork", "dnsPolicy",
     "automountServiceAccountToken", "executor", "podDisruptionBudget", "schedulerName",
-    # a lock between runs, and the clean-up of a deleted workflow's artifacts: neither
-    # changes how one run ends
-    "synchronization", "artifactGC",
+    # the clean-up of a deleted workflow's artifacts: it changes nothing of how a run ends
+    "artifactGC",
 }  # fmt: skip
+# spec.synchronization: mutexes, held across this machine's runs (flows.local.synchronization);
+# a semaphore's limit lives in a ConfigMap and a database lock in Argo's database: none here
+SYNCHRONIZATION_FIELDS = {"mutexes"}
+MUTEX_FIELDS = {"name", "namespace"}
 TEMPLATE_FIELDS = {
     "name", "container", "script", "dag", "steps", "resource", "inputs", "outputs",
     "retryStrategy", "activeDeadlineSeconds", "timeout", "memoize", "parallelism", "failFast",
@@ -82,6 +86,12 @@ def unsupported(manifest: Mapping[str, Any]) -> list[str]:
         problems.append(f"kind {manifest.get('kind')!r} (only Workflow runs locally)")
     spec = manifest.get("spec", {})
     problems += _extra("spec", spec, SPEC_FIELDS, SPEC_IGNORED)
+    synchronization = spec.get("synchronization") or {}
+    problems += _extra("spec.synchronization", synchronization, SYNCHRONIZATION_FIELDS)
+    for mutex in synchronization.get("mutexes") or []:
+        problems += _extra("spec.synchronization.mutexes[]", mutex, MUTEX_FIELDS)
+        if not mutex.get("name"):
+            problems.append("spec.synchronization.mutexes[]: a mutex without a name")
     for template in spec.get("templates", []):
         where = f"template {template.get('name')}"
         problems += _extra(where, template, TEMPLATE_FIELDS, TEMPLATE_IGNORED)

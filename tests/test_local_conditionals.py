@@ -21,8 +21,8 @@ from tests.test_local_steps import sh, steps_workflow
 def test_dag_continue_on_fail_runs_what_expects_the_failure(tmp_path: Path) -> None:
     """examples/dag-continue-on-fail.yaml (no-test: expected-failure): D runs on B.Failed,
     G is Omitted below the failed E, and that branch fails the workflow. E fails 0.5 s later
-    here, so B and C have ended by then, as all four end in one of Argo's passes: else,
-    as in Argo, the DAG could end on G's failed branch before D is decided."""
+    here, so B and C have ended by then, as all four end in one of Argo's passes (the
+    other order, G Omitted first: the test below)."""
     manifest = example("dag-continue-on-fail")
     slow_fail = {**manifest["spec"]["templates"][2], "name": "slow-fail"}
     slow_fail["container"] = {**slow_fail["container"], "args": ["sleep 0.5; exit 1"]}

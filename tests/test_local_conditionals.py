@@ -60,6 +60,9 @@ class HeldUntil:
     def interrupt(self) -> None:
         self.inner.interrupt()
 
+    def reset(self) -> None:
+        self.inner.reset()
+
 
 def test_dag_continue_on_fail_runs_d_even_when_g_was_omitted_first(tmp_path: Path) -> None:
     """examples/dag-continue-on-fail.yaml as published, B and C ending only after E failed

@@ -262,10 +262,7 @@ class LocalRunner:
             return
         record = self.exit_task
         record.state = TaskState.RUNNING
-        self.state.stopping.clear()
-        reset = getattr(self.pods.handler, "reset", None)
-        if reset:  # the exit handler's process may start after a stop
-            reset()
+        self.pods.restart()  # the exit handler's processes start after a stop too
         task = {"name": "onExit", "template": record.template}
         self.globals["workflow.status"] = status
         run_node(self.state, self.pods, task, record)

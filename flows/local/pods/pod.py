@@ -50,6 +50,11 @@ class Pods:
         self.state.stopping.set()
         self.handler.interrupt()
 
+    def restart(self) -> None:
+        """Start pods again after a stop: the exit handler's run after the entrypoint's."""
+        self.state.stopping.clear()
+        self.handler.reset()
+
     def run(self, record: TaskRecord, template: dict[str, Any]) -> None:
         """A pod's template (its tags filled in) as a local process, attempt after attempt
         as its ``retryStrategy`` allows; its phase and outputs go to ``record``."""

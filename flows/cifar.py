@@ -27,11 +27,6 @@ files under /tmp/outputs read back as output parameters; objects live under
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-if __package__ in (None, ""):  # run as a script: python flows/cifar.py
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from typing import Any
 
 from hera.workflows import (
@@ -291,4 +286,6 @@ def render(*documents: Workflow | WorkflowTemplate | CronWorkflow) -> str:
 if __name__ == "__main__":
     from flows.cli import main
 
-    raise SystemExit(main())
+    # This module's own builders: the CLI imports no flows.cifar, which would run this
+    # file a second time as another module.
+    raise SystemExit(main(sys.argv[1:], sys.modules[__name__]))

@@ -2,7 +2,8 @@
 
 A user error (a bad option combination, config value or server answer to fix) prints one
 line; config and usage errors exit 2, a server that refuses or fails exits 1; ``--debug``
-shows the traceback instead.
+shows the traceback instead. The pipeline's builders are handed in by flows/cifar.py's
+``__main__`` block (``Pipeline``): the command line never imports the file that calls it.
 """
 
 from __future__ import annotations
@@ -13,25 +14,54 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import yaml
 
 from flows import argo_server, parameters, submit
-from flows.cifar import (
-    build_cron_workflow,
-    build_submission,
-    build_template,
-    render,
-)
 from flows.manifests import trainjob
 from flows.manifests.names import FlowError, labels
-from flows.manifests.pytorchjob import nproc_per_node
-from steps.common.config import REPO_ROOT, ConfigError, PipelineConfig, load_config
+from steps.common.config import (
+    REPO_ROOT,
+    ConfigError,
+    PipelineConfig,
+    load_config,
+    with_overrides,
+)
 from steps.common.version import git_revision
+
+if TYPE_CHECKING:
+    from hera.workflows import CronWorkflow, Workflow, WorkflowTemplate
 
 
 class UsageError(ValueError):
     """Options that do not go together."""
+
+
+class Pipeline(Protocol):
+    """What the command line renders, submits or runs here: flows/cifar.py's builders."""
+
+    def build_template(
+        self, cfg: PipelineConfig, *, git_revision: str | None = None
+    ) -> WorkflowTemplate: ...
+
+    def build_submission(
+        self,
+        cfg: PipelineConfig,
+        values: dict[str, str] | None = None,
+        *,
+        git_revision: str | None = None,
+    ) -> Workflow: ...
+
+    def build_cron_workflow(
+        self,
+        cfg: PipelineConfig,
+        values: dict[str, str] | None = None,
+        *,
+        git_revision: str | None = None,
+    ) -> CronWorkflow: ...
+
+    def render(self, *documents: Workflow | WorkflowTemplate | CronWorkflow) -> str: ...
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,7 +151,11 @@ def mlflow_hint(cfg: PipelineConfig) -> str:
 
 
 def run_here(
-    base: PipelineConfig, given: PipelineConfig, values: dict[str, str], args: argparse.Namespace
+    pipeline: Pipeline,
+    base: PipelineConfig,
+    given: PipelineConfig,
+    values: dict[str, str],
+    args: argparse.Namespace,
 ) -> int:
     """Run here exactly what ``--submit`` runs: the WorkflowTemplate built from the config
     (``base``: ``-p`` values left out, as its defaults) and a Workflow that refers to it with
@@ -137,8 +171,8 @@ def run_here(
     check_local_source(cfg)
     revision = git_revision()
     code = run_local(
-        build_submission(base, values, git_revision=revision),
-        workflow_templates=[build_template(base, git_revision=revision).to_dict()],
+        pipeline.build_submission(base, values, git_revision=revision),
+        workflow_templates=[pipeline.build_template(base, git_revision=revision).to_dict()],
         parameters=values,
         resume=args.resume,
     )
@@ -160,30 +194,27 @@ def check_local_source(cfg: PipelineConfig) -> None:
         )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, pipeline: Pipeline) -> int:
     check_options(args)
     values = parameters.parse(args.parameters)
     # -p values are checked as the config fields they stand for; the template keeps the
     # config's values as defaults, the run gets the given ones
     base = argo_server.resolve_config(load_config(args.config, args.overrides), os.environ)
-    given = base
-    if values:  # loaded again so each value is checked and reported as its field
-        overrides = [*args.overrides, *parameters.as_overrides(values)]
-        given = argo_server.resolve_config(load_config(args.config, overrides), os.environ)
-    nproc_per_node(given)  # the run's processes must fit its GPUs, whatever the template's
+    given = with_overrides(base, parameters.as_overrides(values), args.config)
+    given.processes_per_node()  # the run's processes must fit its GPUs, whatever the template's
     if args.render_runtime:
         applied = {k: v for k, v in labels(base).items() if k != "app.kubernetes.io/managed-by"}
         runtime = trainjob.build_runtime(base, applied)  # applied by kustomize, not Hera
         sys.stdout.write(yaml.safe_dump(trainjob.to_manifest(runtime), sort_keys=False))
         return 0
     if not (args.render or args.submit):
-        return run_here(base, given, values, args)
+        return run_here(pipeline, base, given, values, args)
     revision = git_revision()
-    template = build_template(base, git_revision=revision)
-    build = build_cron_workflow if args.cron else build_submission
+    template = pipeline.build_template(base, git_revision=revision)
+    build = pipeline.build_cron_workflow if args.cron else pipeline.build_submission
     workflow = build(base, values, git_revision=revision)
     if args.render:
-        sys.stdout.write(render(template, workflow))
+        sys.stdout.write(pipeline.render(template, workflow))
         return 0
     target = argo_server.preflight(given, os.environ)
     submit.apply_template(template, target)
@@ -259,13 +290,13 @@ def serve(argv: list[str]) -> int:
             signal.signal(sig, handler)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def main(argv: list[str], pipeline: Pipeline) -> int:
+    """The command line ``argv`` (without the program) over ``pipeline``'s builders."""
     if argv[:1] == ["serve"]:
         return serve(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        return run(args)
+        return run(args, pipeline)
     except (UsageError, ConfigError, FlowError) as exc:
         if args.debug:
             raise

@@ -59,12 +59,12 @@ def input_ref(name: str) -> str:
 
 
 def value_of(cfg: PipelineConfig, param: Param) -> str:
-    """The config's value of a parameter as the string Argo substitutes; ``auto`` processes
-    per node resolve here, as the PyTorchJob would (one per GPU, else one)."""
+    """The config's value of a parameter as the string Argo substitutes; processes per
+    node as the config resolves them (``auto``: one per GPU, else one)."""
     section, field = param.field.split(".", 1)
     value: Any = getattr(getattr(cfg, section), field)
-    if param.name == "nproc-per-node" and value == "auto":
-        value = max(cfg.cluster.gpus_per_node, 1)
+    if param.name == "nproc-per-node":
+        value = cfg.processes_per_node()
     return render_value(value)
 
 

@@ -1,4 +1,4 @@
-"""The CLI that opens and closes the pipeline's MLflow run (helpers: steps.common.tracking).
+"""The CLI that opens and closes the pipeline's MLflow run (helpers: steps.common.pipeline_run).
 
     python -m steps.tracking start --run-name NAME [--tag K=V ...] [--outputs-dir DIR]
     python -m steps.tracking end --run-id ID --status {Succeeded,Failed,Error,...}
@@ -27,8 +27,8 @@ import mlflow
 from mlflow.exceptions import MlflowException
 
 from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.pipeline_run import TrackedRun, TrackingError, connect, run_url
 from steps.common.step_cli import add_common, exit_process, run_main, step_seconds, write_outputs
-from steps.common.tracking import TrackedRun, TrackingError, connect, run_url
 from steps.common.version import package_version
 
 # output file -> the run's artifact: what the train and benchmark steps log

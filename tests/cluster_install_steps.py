@@ -92,11 +92,11 @@ def group_of(obj: dict[str, Any]) -> str:
 
 
 def _cli_output(args: list[str]) -> str:
-    from flows import cli
+    from flows import cifar, cli
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli.main(args) == 0, args
+        assert cli.main(args, cifar) == 0, args
     return out.getvalue()
 
 

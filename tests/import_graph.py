@@ -18,7 +18,9 @@ STEP_MODULES = ("predict", "tracking", "config")  # single-module CLIs under ste
 class Module:
     name: str
     path: Path
-    imports: set[str] = field(default_factory=set)  # every module it names, lazy ones too
+    # every module it names: lazy ones and a ``__main__`` block's too (``python x.py``
+    # runs that block, and its imports run as the file's own)
+    imports: set[str] = field(default_factory=set)
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -28,15 +30,16 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
-def _not_run_on_import(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
-    """Inside ``if __name__ == "__main__":`` (runs only as a script) or ``if TYPE_CHECKING:``
-    (read by type checkers, never run)."""
+def _never_run(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Inside ``if TYPE_CHECKING:``: read by type checkers, never run. (A ``__main__``
+    block runs: ``python flows/cifar.py`` imports what its block names.)"""
     while node in parents:
         node = parents[node]
-        if isinstance(node, ast.If):
-            test = ast.unparse(node.test)
-            if "__main__" in test or test in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-                return True
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            return True
     return False
 
 
@@ -52,9 +55,7 @@ def read_graph(root: Path) -> dict[str, Module]:
         tree = ast.parse(module.path.read_text(), str(module.path))
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import | ast.ImportFrom) and not _not_run_on_import(
-                node, parents
-            ):
+            if isinstance(node, ast.Import | ast.ImportFrom) and not _never_run(node, parents):
                 module.imports |= set(_targets(node, modules))
     return modules
 
@@ -196,6 +197,26 @@ def import_cycles(graph: dict[str, Module]) -> list[str]:
     return cycles
 
 
+def nodes_and_pods_one_way(graph: dict[str, Module]) -> list[str]:
+    """The local runner's pod path goes one way: ``flows.local.nodes`` imports
+    ``flows.local.pods``, never the reverse; ``flows.local.state``, which both read,
+    imports neither."""
+    problems = []
+    for module in graph.values():
+        if module.name.startswith("flows.local.pods"):
+            banned: tuple[str, ...] = ("flows.local.nodes",)
+        elif module.name == "flows.local.state":
+            banned = ("flows.local.nodes", "flows.local.pods")
+        else:
+            continue
+        problems += [
+            f"{module.name} imports {target}"
+            for target in sorted(module.imports)
+            if target.startswith(banned)
+        ]
+    return problems
+
+
 # The real servers' launchers (SeaweedFS S3, an mlflow server), written once for the tests
 # and the benchmarks that measure against the same servers; the design card fixes the top
 # level, so they live with the tests.
@@ -241,6 +262,7 @@ RULES = (
     step_imports_only_common_and_itself,
     common_imports_no_step_or_flow,
     local_runner_imports_no_step_code,
+    nodes_and_pods_one_way,
     staging_never_imports_torch,
     import_cycles,
     only_benchmarks_use_the_test_servers,

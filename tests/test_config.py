@@ -13,6 +13,7 @@ from steps.common.config import (
     PipelineConfig,
     flatten,
     load_config,
+    with_overrides,
 )
 from steps.common.version import package_version
 from tests.conftest import REPO_ROOT
@@ -99,6 +100,41 @@ def test_bad_config_names_field_and_origin(
     path.write_text(text)
     with pytest.raises(ConfigError, match=match):
         load_config(path, overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["train.epochs=0"], r"^--set train\.epochs=0: train\.epochs: Input should be greater"),
+        (["cluster.nodes=1"], r"^[^ ]*c\.yaml: cluster: .*elastic_min_nodes"),
+    ],
+    ids=["bad-value", "across-fields"],
+)
+def test_more_overrides_on_a_loaded_config_are_checked_as_load_config_checks_them(
+    tmp_path: Path, overrides: list[str], match: str
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  epochs: 3\ncluster:\n  nodes: 3\n  elastic_min_nodes: 2\n")
+    loaded = load_config(path, ["train.lr=0.1"])
+    assert with_overrides(loaded, ["train.epochs=5"], path) == load_config(
+        path, ["train.lr=0.1", "train.epochs=5"]
+    )
+    with pytest.raises(ConfigError, match=match):
+        load_config(path, overrides)
+    with pytest.raises(ConfigError, match=match):
+        with_overrides(load_config(path), overrides, path)
+
+
+def test_processes_per_node_is_one_rule_over_two_sections() -> None:
+    def processes(nproc: str, gpus: int) -> int:
+        cfg = load_config(None, [f"train.nproc_per_node={nproc}", f"cluster.gpus_per_node={gpus}"])
+        return cfg.processes_per_node()
+
+    assert (processes("auto", 0), processes("auto", 4), processes("2", 0), processes("2", 4)) == (
+        1, 4, 2, 2,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"train\.nproc_per_node 4 > cluster\.gpus_per_node 2"):
+        processes("4", 2)
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ import pytest
 import yaml
 from hera.workflows import WorkflowTemplate
 
-from flows import cli
+from flows import cifar, cli
 from flows.cifar import build_template
 from flows.deploy_step import deploy_templates
 from flows.local.expr.evaluate import environment, evaluate, render
@@ -244,7 +244,7 @@ def test_every_render_and_its_jobs_pass_the_crds(tmp_path: Path, capsys) -> None
         for launcher in LAUNCHERS:
             for cron in ([], ["--cron"]):
                 args = ["--config", str(path), "--set", f"train.launcher={launcher}"]
-                assert cli.main([*args, "--render", *cron]) == 0
+                assert cli.main([*args, "--render", *cron], cifar) == 0
                 files.append(tmp_path / f"{path.stem}-{launcher}-{len(cron)}.yaml")
                 files[-1].write_text(capsys.readouterr().out)
     done = subprocess.run(

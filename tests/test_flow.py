@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flows import cli
+from flows import cifar, cli
 from flows.cifar import build_cron_workflow, build_submission, build_template
 from flows.local.expr.evaluate import environment, evaluate, render
 from flows.local.template_ref import resolve
@@ -378,7 +378,7 @@ def test_rdma_is_refused_only_against_nccl_env_naming_the_fields() -> None:
 def test_secrets_only_by_reference(path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
-    assert cli.main(["--config", str(path), "--render"]) == 0
+    assert cli.main(["--config", str(path), "--render"], cifar) == 0
     text = capsys.readouterr().out
     assert not [v for v in SECRETS.values() if v in text]
     text = yaml.safe_dump(next(yaml.safe_load_all(text)))  # the WorkflowTemplate

@@ -12,16 +12,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows import cli
+from flows import cifar, cli
 from flows.manifests.names import APP, FlowError
 from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 
 
 def test_render_as_a_script_from_the_repo_root() -> None:
+    """``python flows/cifar.py`` runs the file once: as ``__main__``, never imported again
+    as ``flows.cifar`` by the command line it calls (-X importtime lists every import)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARGO_")}
+    argv = ["flows/cifar.py", "--config", "configs/smoke.yaml", "--render", "--cron"]
     done = subprocess.run(
-        [sys.executable, "flows/cifar.py", "--config", "configs/smoke.yaml", "--render", "--cron"],
+        [sys.executable, "-X", "importtime", *argv],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -29,6 +32,8 @@ def test_render_as_a_script_from_the_repo_root() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()]
+    assert "flows.cli" in imported and "flows.cifar" not in imported
     template, cron = yaml.safe_load_all(done.stdout)
     assert (template["kind"], template["metadata"]["name"]) == (
         "WorkflowTemplate",
@@ -60,11 +65,11 @@ def test_render_as_a_script_from_the_repo_root() -> None:
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(argv: list[str], match: str, capsys) -> None:
-    assert cli.main(["--config", str(REPO_ROOT / "configs" / "smoke.yaml"), *argv]) == 2
+    assert cli.main(["--config", str(REPO_ROOT / "configs" / "smoke.yaml"), *argv], cifar) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search(match, err), err
     with pytest.raises((cli.UsageError, ConfigError, FlowError), match=match):
-        cli.main(["--config", str(REPO_ROOT / "configs" / "smoke.yaml"), *argv, "--debug"])
+        cli.main(["--config", str(REPO_ROOT / "configs" / "smoke.yaml"), *argv, "--debug"], cifar)
 
 
 def test_no_mode_flag_runs_the_workflow_locally(monkeypatch) -> None:
@@ -73,7 +78,7 @@ def test_no_mode_flag_runs_the_workflow_locally(monkeypatch) -> None:
     fake = type(sys)("flows.local.run")
     fake.run_local = lambda wf, **kw: calls.append((wf.to_dict(), kw)) or 7  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "flows.local.run", fake)
-    assert cli.main(["--config", smoke, "--set", "train.epochs=1", "-p", "lr=0.5"]) == 7
+    assert cli.main(["--config", smoke, "--set", "train.epochs=1", "-p", "lr=0.5"], cifar) == 7
     ((wf, kw),) = calls
     # what --submit runs: a Workflow of the WorkflowTemplate, -p values as its arguments
     # (--set in the template's defaults, -p in the run's parameters: the manifest is all)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flows import cli
+from flows import cifar, cli
 from flows.argo_server import resolve_config
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
@@ -231,7 +231,7 @@ def argo(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeArgo]:
 
 
 def submit(*argv: str) -> int:
-    return cli.main(["--config", SMOKE, *CLUSTER_READY, "--submit", *argv])
+    return cli.main(["--config", SMOKE, *CLUSTER_READY, "--submit", *argv], cifar)
 
 
 def test_submit_sends_the_workflow_and_prints_the_links(
@@ -517,7 +517,7 @@ def test_config_unfit_for_a_cluster_is_refused_before_any_request(
 def test_namespace_from_config_or_environment(argo, monkeypatch, config, env_namespace, expected):
     if env_namespace:
         monkeypatch.setenv("ARGO_NAMESPACE", env_namespace)
-    assert cli.main(["--config", config, *CLUSTER_READY, "--submit"]) == 0
+    assert cli.main(["--config", config, *CLUSTER_READY, "--submit"], cifar) == 0
     assert argo.requests[0]["path"] == f"/api/v1/workflow-templates/{expected}/cifar-pipeline"
     assert argo.requests[1]["body"]["template"]["metadata"]["namespace"] == expected
     assert argo.requests[-1]["path"] == f"/api/v1/workflows/{expected}"
@@ -596,7 +596,7 @@ def test_mlflow_tracking_uri_of_the_shell_reaches_the_rendered_pods(monkeypatch,
     for name in ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
-    assert cli.main(["--config", SMOKE, "--render"]) == 0
+    assert cli.main(["--config", SMOKE, "--render"], cifar) == 0
     template, workflow = yaml.safe_load_all(capsys.readouterr().out)
     assert workflow["spec"]["workflowTemplateRef"] == {"name": "cifar-pipeline"}
     rendered = template

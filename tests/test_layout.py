@@ -22,6 +22,10 @@ def test_the_code_keeps_the_import_rule(rule) -> None:
     assert rule(GRAPH) == [], rule.__doc__
 
 
+def test_every_import_rule_has_a_broken_example() -> None:
+    assert {case.split(" (")[0] for case in BROKEN} == set(RULES_BY_NAME)
+
+
 def test_every_step_runs_as_a_module() -> None:
     for step in ("stage_data", "train", "optimize", "benchmark", "serve", "serve_check"):
         assert (REPO_ROOT / "steps" / step / "__main__.py").is_file(), step
@@ -34,12 +38,20 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         "steps.train.fit imports steps.optimize.variants (another step)",
     ),
     "common_imports_no_step_or_flow": (
-        {"steps/common/tracking.py": "import flows.cli\n"},
-        "steps.common.tracking imports flows.cli",
+        {"steps/common/pipeline_run.py": "import flows.cli\n"},
+        "steps.common.pipeline_run imports flows.cli",
     ),
     "local_runner_imports_no_step_code": (
         {"flows/local/runner.py": "from steps.common.config import load_config\n"},
         "flows.local.runner imports steps.common.config",
+    ),
+    "nodes_and_pods_one_way": (
+        {"flows/local/pods/pod.py": "from flows.local.nodes.node import run_node\n"},
+        "flows.local.pods.pod imports flows.local.nodes.node",
+    ),
+    "nodes_and_pods_one_way (state)": (
+        {"flows/local/state.py": "from flows.local.pods.processes import TaskHandler\n"},
+        "flows.local.state imports flows.local.pods.processes",
     ),
     "staging_never_imports_torch": (
         {
@@ -54,6 +66,16 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
             "flows/local/view.py": "from flows.local.runner import f\n",
         },
         "flows.local.runner <-> flows.local.view",
+    ),
+    # a script's __main__ block that imports a module importing the script: ``python
+    # flows/cifar.py`` would run cifar.py twice, as __main__ and as flows.cifar
+    "import_cycles (__main__ block)": (
+        {
+            "flows/cifar.py": "def build():\n    pass\n\n\n"
+            'if __name__ == "__main__":\n    from flows.cli import main\n',
+            "flows/cli.py": "from flows.cifar import build\n",
+        },
+        "flows.cifar <-> flows.cli",
     ),
     "only_benchmarks_use_the_test_servers": (
         {
@@ -72,9 +94,14 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
 }
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.__name__)
-def test_the_checker_finds_a_broken_rule(rule, tmp_path: Path) -> None:
-    files, words = BROKEN[rule.__name__]
+RULES_BY_NAME = {rule.__name__: rule for rule in RULES}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_the_checker_finds_a_broken_rule(case: str, tmp_path: Path) -> None:
+    """Each entry of BROKEN (a rule's name, and what breaks it) is caught by its rule."""
+    rule = RULES_BY_NAME[case.split(" (")[0]]
+    files, words = BROKEN[case]
     for package in ("steps", "flows", "steps/common", "steps/stage_data", "steps/train"):
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
         (tmp_path / package / "__init__.py").write_text("")
@@ -267,11 +294,56 @@ def test_the_stub_check_finds_a_mixin() -> None:
     assert declared_stubs(held, "m") == []
 
 
+def run_node_as_a_value(source: str, module: str) -> list[str]:
+    """Where ``run_node`` is handed on instead of called: a parameter of that name, or the
+    name used other than as the function of a call (passed, stored, returned). Its
+    callers are then found by reading for ``run_node(``, as Argo's for ``executeTemplate(``."""
+    tree = ast.parse(source)
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.arg == "run_node":
+            found.append(f"{module}:{node.lineno}: a parameter named run_node")
+        named = (isinstance(node, ast.Name) and node.id == "run_node") or (
+            isinstance(node, ast.Attribute) and node.attr == "run_node"
+        )
+        if named and isinstance(node.ctx, ast.Load) and id(node) not in called:
+            found.append(f"{module}:{node.lineno}: run_node handed on as a value")
+    return found
+
+
+def test_run_node_is_called_by_name() -> None:
+    """Who runs a node reads as it does in Argo's controller: the DAG's and steps' loop call
+    ``run_node`` by name (executeTemplate), no function passed down to reach it."""
+    found = [
+        problem
+        for path in sorted(LOCAL.rglob("*.py"))
+        for problem in run_node_as_a_value(path.read_text(), str(path.relative_to(REPO_ROOT)))
+    ]
+    assert found == []
+    assert "run_node(" in (LOCAL / "nodes" / "node.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ("def run_dag(state, run_node):\n    run_node(state)\n", "a parameter named run_node"),
+        ("from x import run_node\nschedule(state, run_node)\n", "handed on as a value"),
+        ("pool.submit(nodes.run_node, state)\n", "handed on as a value"),
+        ("RUN = {'node': run_node}\n", "handed on as a value"),
+    ],
+    ids=["parameter", "argument", "attribute", "stored"],
+)
+def test_the_run_node_check_finds_it_handed_on(source: str, words: str) -> None:
+    assert any(words in problem for problem in run_node_as_a_value(source, "m"))
+    assert run_node_as_a_value("from x import run_node\nrun_node(state, task)\n", "m") == []
+
+
 def test_the_local_runner_has_one_scheduling_loop() -> None:
-    """Nodes start on threads in one place (flows/local/nodes/schedule.py)."""
+    """Nodes start on threads in one place (flows/local/nodes/node.py's run_nodes)."""
     pools = [
         str(path.relative_to(REPO_ROOT))
         for path in sorted(LOCAL.rglob("*.py"))
         if "ThreadPoolExecutor(" in path.read_text()
     ]
-    assert pools == ["flows/local/nodes/schedule.py"]
+    assert pools == ["flows/local/nodes/node.py"]

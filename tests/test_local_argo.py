@@ -114,7 +114,11 @@ def test_fail_fast_false_runs_independent_branches_to_the_end(tmp_path: Path) ->
     }  # fmt: skip
 
 
-def test_fail_fast_default_schedules_nothing_new_after_a_failure(tmp_path: Path) -> None:
+def test_fail_fast_default_still_runs_a_task_whose_dependencies_are_met(tmp_path: Path) -> None:
+    """dag.failFast (true by default) judges the DAG, it does not Omit: when C ends, Argo's
+    executeDAG runs every task whose dependencies are met (executeDAGTask, here D) before
+    assessDAGPhase fails the DAG on B (argo-workflows v4.0.5 workflow/controller/dag.go);
+    only the template's own failFast stops new starts (operator.go checkParallelism)."""
     tasks = [
         {"name": "B", "template": "fail"},
         {"name": "C", "template": "slow"},
@@ -122,7 +126,22 @@ def test_fail_fast_default_schedules_nothing_new_after_a_failure(tmp_path: Path)
     ]
     templates = [container("ok", "true"), container("fail", "exit 1"), container("slow", "sleep 1")]
     _, result = run(tmp_path, workflow(tasks, templates))
+    assert states(result) == {"B": "Failed", "C": "Succeeded", "D": "Succeeded"}
+    assert result.status == "Failed"
+
+
+def test_the_templates_own_fail_fast_starts_nothing_after_a_failure(tmp_path: Path) -> None:
+    """The DAG template's ``failFast: true`` (not dag.failFast): no child starts once one
+    failed, and the DAG fails with Argo's message (operator.go checkParallelism)."""
+    tasks = [
+        {"name": "B", "template": "fail"},
+        {"name": "C", "template": "slow"},
+        {"name": "D", "template": "ok", "depends": "C"},
+    ]
+    templates = [container("ok", "true"), container("fail", "exit 1"), container("slow", "sleep 1")]
+    runner, result = run(tmp_path, workflow(tasks, templates, main={"failFast": True}))
     assert states(result) == {"B": "Failed", "C": "Succeeded", "D": "Omitted"}
+    assert runner.root.message == "template has failed or errored children and failFast enabled"
 
 
 def test_a_failed_exit_handler_fails_the_workflow(tmp_path: Path) -> None:

@@ -5,11 +5,13 @@ by a fixed choice, as said at each."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from flows.local.errors import ExpressionError, UnsupportedFeature
+from flows.local.pods.processes import SubprocessHandler
 from flows.local.substitution import substitute
 from flows.local.workflow import LocalRunner
 from tests.local_examples import example, run, states
@@ -19,14 +21,70 @@ from tests.test_local_steps import sh, steps_workflow
 def test_dag_continue_on_fail_runs_what_expects_the_failure(tmp_path: Path) -> None:
     """examples/dag-continue-on-fail.yaml (no-test: expected-failure): D runs on B.Failed,
     G is Omitted below the failed E, and that branch fails the workflow. E fails 0.5 s later
-    here, so B and C have ended by then, as all four end in one of Argo's passes: else,
-    as in Argo, the DAG could end on G's failed branch before D is decided."""
+    here, so B and C have ended by then, as all four end in one of Argo's passes (the
+    other order, G Omitted first: the test below)."""
     manifest = example("dag-continue-on-fail")
     slow_fail = {**manifest["spec"]["templates"][2], "name": "slow-fail"}
     slow_fail["container"] = {**slow_fail["container"], "args": ["sleep 0.5; exit 1"]}
     manifest["spec"]["templates"].append(slow_fail)
     manifest["spec"]["templates"][0]["dag"]["tasks"][4]["template"] = "slow-fail"
     _, result = run(tmp_path, manifest)
+    assert result.status == "Failed"
+    assert states(result) == {
+        "A": "Succeeded", "B": "Failed", "C": "Succeeded", "D": "Succeeded",
+        "E": "Failed", "F": "Succeeded", "G": "Omitted",
+    }  # fmt: skip
+
+
+class HeldUntil:
+    """A task handler that holds the processes of ``held`` nodes until node ``until`` is
+    decided, so a DAG's nodes end in a chosen order: the real processes, run by the
+    runner's own handler, in a deterministic interleaving."""
+
+    def __init__(self, held: set[str], until: str) -> None:
+        self.inner, self.held, self.until = SubprocessHandler(), held, until
+        self.tasks: dict = {}  # the runner's nodes, set once it is built
+
+    def run(self, spec, log: Path, tail) -> int:
+        if log.stem in self.held:
+            deadline = time.monotonic() + 60
+            while not self._decided() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert self._decided(), f"{self.until} never decided"
+        return self.inner.run(spec, log, tail)
+
+    def _decided(self) -> bool:
+        node = self.tasks.get(self.until)
+        return node is not None and node.state.done
+
+    def interrupt(self) -> None:
+        self.inner.interrupt()
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def start_service(self, spec, sink):
+        return self.inner.start_service(spec, sink)
+
+
+def test_dag_continue_on_fail_runs_d_even_when_g_was_omitted_first(tmp_path: Path) -> None:
+    """examples/dag-continue-on-fail.yaml as published, B and C ending only after E failed
+    and G was Omitted below it: D's dependencies are met (B.Failed && C) once they end,
+    and Argo's executeDAG runs every task whose dependencies are met (executeDAGTask over
+    the target tasks) before assessDAGPhase applies failFast (argo-workflows v4.0.5
+    workflow/controller/dag.go executeDAG), so D runs; G's failed branch fails the
+    workflow after it."""
+    handler = HeldUntil({"B", "C"}, until="G")
+    runner = LocalRunner(
+        example("dag-continue-on-fail"),
+        tmp_path / "runs",
+        cache_dir=tmp_path / "cache",
+        cwd=tmp_path,
+        handler=handler,
+    )
+    handler.tasks = runner.tasks
+    result = runner.run()
+    assert result.tasks["G"].finished <= result.tasks["B"].finished
     assert result.status == "Failed"
     assert states(result) == {
         "A": "Succeeded", "B": "Failed", "C": "Succeeded", "D": "Succeeded",

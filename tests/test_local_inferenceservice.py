@@ -389,7 +389,7 @@ def test_a_resumed_run_deploys_again(tmp_path: Path) -> None:
     assert states(result) == {"deploy": "Succeeded", "flaky": "Failed", "check": "Omitted"}
     old = served(first)["clf"]
     resumed = LocalRunner.resume(result.run_dir, cache_dir=tmp_path / "cache", cwd=tmp_path)
-    assert "deploy" not in resumed.kept
+    assert "deploy" not in resumed.state.kept
     again = resumed.run()
     assert states(again) == {"deploy": "Succeeded", "flaky": "Succeeded", "check": "Succeeded"}
     assert again.tasks["check"].result == "v1"

@@ -15,7 +15,7 @@ import pytest
 
 from flows.local.errors import UnsupportedFeature
 from flows.local.nodes.loops import aggregate, item_scope, node_name, sequence
-from flows.local.records import TaskRecord, TaskState, file_name
+from flows.local.status import TaskRecord, TaskState, file_name
 from flows.local.workflow import LocalRunner
 from tests.local_examples import example, run, states
 

@@ -35,7 +35,7 @@ from flows.cifar import build_submission, build_template
 from flows.cli import localize
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler
 from flows.local.pods.services import service_process
-from flows.local.records import RunResult
+from flows.local.status import RunResult
 from flows.local.workflow import LocalRunner
 from flows.manifests.inferenceservice import build_inferenceservice
 from flows.manifests.pod import config_args

@@ -19,7 +19,7 @@ from hera.workflows import models as m
 
 from flows.local.checks.fields import unsupported
 from flows.local.errors import UnsupportedFeature
-from flows.local.records import TaskState
+from flows.local.status import TaskState
 from flows.local.substitution import substitute
 from flows.local.workflow import LocalRunner
 from tests.conftest import REPO_ROOT
@@ -403,6 +403,9 @@ class BrokenHandler:
 
     def reset(self) -> None:
         self.inner.reset()
+
+    def start_service(self, spec, sink):
+        return self.inner.start_service(spec, sink)
 
 
 def test_a_fault_of_the_runner_is_an_error_node_and_the_exit_handler_runs(tmp_path: Path) -> None:

@@ -173,7 +173,7 @@ def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path
     """flows/cifar.py's memoize key hashes the data-source parameter with Sprig, and
     flows/train_step.py's multi-node job counts Workers as {{=asInt(nodes) - 1}}."""
     from flows.cifar import build_submission, build_template
-    from flows.local.nodes.node import scope_of
+    from flows.local.nodes.scope import scope_of
     from flows.local.substitution import substitute
     from steps.common.config import REPO_ROOT, load_config
 

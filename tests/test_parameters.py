@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from flows import cli, parameters
+from flows import cifar, cli, parameters
 from flows.cifar import build_template
 from flows.manifests.names import FlowError
 from flows.parameters import step_settings
@@ -49,7 +49,7 @@ def test_parse_keeps_values_with_equals_signs() -> None:
 @pytest.mark.parametrize("mode", [["--render"], ["--submit"], []])
 def test_bad_parameters_are_one_line_and_exit_2(argv, match, mode, capsys, monkeypatch) -> None:
     monkeypatch.setenv("ARGO_HOST", "http://127.0.0.1:9")  # never reached
-    assert cli.main(["--config", SMOKE, *mode, *argv]) == 2
+    assert cli.main(["--config", SMOKE, *mode, *argv], cifar) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search(match, err), err
 
@@ -95,15 +95,29 @@ def test_steps_read_the_parameters_and_never_the_configs_value() -> None:
     assert literal["data.source"] == cfg.data.source
 
 
+@pytest.mark.parametrize("mode", [["--render"], []], ids=["render", "here"])
+def test_the_config_is_read_once_with_p_values(mode, monkeypatch) -> None:
+    """-p values are applied to the loaded config (each checked as its field), not by
+    reading and validating the whole config a second time."""
+    read = []
+    monkeypatch.setattr(cli, "load_config", lambda *a: read.append(a) or load_config(*a))
+    monkeypatch.setattr(cli, "run_here", lambda *args: 0)
+    assert cli.main(["--config", SMOKE, *mode, "-p", "epochs=1", "-p", "lr=0.5"], cifar) == 0
+    assert len(read) == 1
+
+
 def test_a_local_run_applies_p_as_the_fields_it_stands_for(monkeypatch) -> None:
     seen = {}
 
-    def fake_run_here(base, given, values, args):  # the local runner is tested elsewhere
+    def fake_run_here(pipeline, base, given, values, args):  # the runner: tested elsewhere
         seen.update(base=base, given=given, values=values)
         return 0
 
     monkeypatch.setattr(cli, "run_here", fake_run_here)
-    assert cli.main(["--config", SMOKE, "-p", "epochs=1", "-p", "data-source=synthetic:64"]) == 0
+    assert (
+        cli.main(["--config", SMOKE, "-p", "epochs=1", "-p", "data-source=synthetic:64"], cifar)
+        == 0
+    )
     assert (seen["given"].train.epochs, seen["given"].data.source) == (1, "synthetic:64")
     # the template keeps the config's values as its defaults; the run gets the given ones
     assert (seen["base"].train.epochs, seen["base"].data.source) == (4, "synthetic:2000")

@@ -161,7 +161,7 @@ def test_nproc_per_node_is_in_the_spec(nproc: str, gpus: int, expected: str) -> 
 
 
 def test_more_processes_than_gpus_is_refused() -> None:
-    with pytest.raises(FlowError, match=r"train\.nproc_per_node 16 > cluster\.gpus_per_node 8"):
+    with pytest.raises(ConfigError, match=r"train\.nproc_per_node 16 > cluster\.gpus_per_node 8"):
         job(REPO_ROOT / "configs" / "cluster.yaml", "train.nproc_per_node=16")
 
 
@@ -371,12 +371,12 @@ def test_the_network_check_fails_a_job_without_the_options() -> None:
 def test_the_rdma_render_passes_the_strict_schema_check(tmp_path: Path, capsys) -> None:
     """``flows/cifar.py --config configs/cluster.yaml --set cluster.rdma=true --render``
     (and with the host network), through the strict validator."""
-    from flows import cli
+    from flows import cifar, cli
 
     files = []
     for extra in (["cluster.rdma=true"], ["cluster.rdma=true", "cluster.host_network=true"]):
         sets = [a for e in extra for a in ("--set", e)]
-        assert cli.main(["--config", str(CLUSTER_YAML), *sets, "--render"]) == 0
+        assert cli.main(["--config", str(CLUSTER_YAML), *sets, "--render"], cifar) == 0
         files.append(tmp_path / f"render-{len(files)}.yaml")
         files[-1].write_text(capsys.readouterr().out)
         assert "rdma/hca: '1'" in files[-1].read_text()

@@ -12,7 +12,7 @@ import mlflow
 import pytest
 
 from steps.common.config import TrackingConfig, load_config
-from steps.common.tracking import TrackingError, open_run, run_url, wait_until_reachable
+from steps.common.pipeline_run import TrackingError, open_run, run_url, wait_until_reachable
 from steps.tracking import end_pipeline_run, start_pipeline_run
 from tests.conftest import REPO_ROOT
 from tests.mlflow_server import MLflowServer

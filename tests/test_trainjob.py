@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import yaml
 
-from flows import cli
+from flows import cifar, cli
 from flows.cifar import build_template
 from flows.manifests import trainjob
-from flows.manifests.names import FlowError, labels
+from flows.manifests.names import labels
 from flows.manifests.pod import EnvSpec
 from flows.train_step import ARGO_WORKFLOW_LABEL
-from steps.common.config import load_config
+from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 from tests.test_flow import (
     CONFIGS,
@@ -258,7 +258,7 @@ def test_the_parameters_size_the_trainjob() -> None:
 
 def test_more_processes_than_gpus_is_refused() -> None:
     cfg = load_config(SMOKE, [TRAINJOB, "train.nproc_per_node=4", "cluster.gpus_per_node=2"])
-    with pytest.raises(FlowError, match=r"train\.nproc_per_node 4 > cluster\.gpus_per_node 2"):
+    with pytest.raises(ConfigError, match=r"train\.nproc_per_node 4 > cluster\.gpus_per_node 2"):
         build_template(cfg)
 
 
@@ -282,7 +282,8 @@ def test_trainjob_renders_pass_the_strict_schema_check(tmp_path: Path, capsys) -
                         TRAINJOB,
                         *[a for e in extra for a in ("--set", e)],
                         "--render-runtime",
-                    ]
+                    ],
+                    cifar,
                 )
                 == 0
             )
@@ -317,7 +318,7 @@ def test_a_local_run_of_a_trainjob_config_runs_the_trainjob(monkeypatch, tmp_pat
 
     monkeypatch.setattr("flows.local.run.run_local", fake_run_local)
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["--config", str(SMOKE), "--set", TRAINJOB]) == 0
+    assert cli.main(["--config", str(SMOKE), "--set", TRAINJOB], cifar) == 0
     (template,) = seen["templates"]
     ref = seen["workflow"]["spec"]["workflowTemplateRef"]["name"]
     assert ref == template["metadata"]["name"]

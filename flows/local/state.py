@@ -1,9 +1,10 @@
 """What one local run holds while it runs, passed explicitly to the functions that run its
-nodes (``flows.local.nodes``, ``flows.local.pods.pod``), as KFP's local orchestrator passes
-its run state (kubeflow/pipelines sdk/python/kfp/local/orchestrator/dag_orchestrator.py):
-the node records, the globals, the lock over them, the task handler, the stop and deadline
-events, the caches and services; and ``state.json``, the records on disk from which
-``resume`` continues a run.
+nodes (``flows.local.nodes``) and to its pods (``flows.local.pods.pod``), as KFP's local
+orchestrator passes its run state (kubeflow/pipelines sdk/python/kfp/local/orchestrator/
+dag_orchestrator.py): every node's record (``tasks``), the globals, the lock over them,
+the stop and deadline events, the memo cache, the nodes a resumed run keeps; and
+``state.json``, the records on disk from which ``resume`` continues a run. It imports
+neither ``nodes`` nor ``pods``: they read it.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from flows.local.memo import MemoCache
-from flows.local.pods.processes import TaskHandler
-from flows.local.pods.services import LocalServices
-from flows.local.records import TaskRecord, TaskState
 from flows.local.signals import STOP_MESSAGE
+from flows.local.status import TaskRecord, TaskState
 
 
 @dataclass
@@ -31,19 +30,14 @@ class RunState:
     manifest: dict[str, Any]
     run_dir: Path
     templates: dict[str, dict[str, Any]]
-    globals: dict[str, str]
-    records: dict[str, TaskRecord]  # every node by its key (Argo's node name, less the run's)
-    handler: TaskHandler
     memo: MemoCache
     cwd: Path
-    env: dict[str, str]
-    on_change: Callable[[], None]  # nodes started or finished: the live view follows
-    sleep: Callable[[float], Any] = time.sleep
+    on_change: Callable[[], None]  # nodes started or finished: state.json and the view follow
+    globals: dict[str, str] = field(default_factory=dict)
+    tasks: dict[str, TaskRecord] = field(default_factory=dict)  # every node by its key
     exit_task: TaskRecord | None = None
-    pod_slots: threading.Semaphore | None = None  # spec.parallelism: Argo counts its pods
-    services: LocalServices = field(default_factory=LocalServices)  # up until the run ends
     lock: threading.Lock = field(default_factory=threading.Lock)
-    stopping: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=threading.Event)  # start nothing more
     deadline_passed: threading.Event = field(default_factory=threading.Event)
     kept: set[str] = field(default_factory=set)  # nodes a resumed run keeps from the earlier one
     _manifest_json: str | None = None
@@ -52,9 +46,9 @@ class RunState:
     def node(self, key: str, template: str, kind: str = "Pod") -> TaskRecord:
         """The record of node ``key``, made Pending the first time it is asked for."""
         with self.lock:
-            record = self.records.get(key)
+            record = self.tasks.get(key)
             if record is None:
-                record = self.records[key] = TaskRecord(key, template, kind=kind)
+                record = self.tasks[key] = TaskRecord(key, template, kind=kind)
             return record
 
     def settle(
@@ -66,31 +60,22 @@ class RunState:
         record.finished = time.time()
         return record
 
-    def stop(self) -> None:
-        """Start nothing more and stop the running processes (a signal, a deadline)."""
-        self.stopping.set()
-        self.handler.interrupt()
-
     def stopped_message(self) -> str:
         return "Step exceeded its deadline" if self.deadline_passed.is_set() else STOP_MESSAGE
 
-    def changed(self) -> None:
-        """Nodes started or finished: the state on disk and the view follow."""
-        self.save()
-        self.on_change()
-
     # --- state on disk -------------------------------------------------------------------
-    def save(self) -> None:
-        """Write ``state.json`` (atomically: a new file moved over the old)."""
+    def save(self, services: dict[str, Any]) -> None:
+        """Write ``state.json`` (atomically: a new file moved over the old); ``services``:
+        the run's InferenceServices as they stand."""
         with self.lock:  # nodes finish on their own threads
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            records = {n: saved(t) for n, t in list(self.records.items())}
+            records = {n: saved(t) for n, t in list(self.tasks.items())}
             state = {
                 "name": self.name,
                 "globals": dict(self.globals),
                 "tasks": records,
                 "exit_handler": saved(self.exit_task) if self.exit_task else None,
-                "services": self.services.describe(),
+                "services": services,
             }
             # the manifest never changes: encoded once, it leads the state as if dumped with it
             if self._manifest_json is None:
@@ -107,8 +92,9 @@ _SAVED_FIELDS = [f.name for f in fields(TaskRecord) if f.name != "tail"]
 
 def saved(record: TaskRecord) -> dict[str, Any]:
     """A record as state.json keeps it: its fields but the log tail (``asdict`` without
-    its deep copies, a cost paid on every save); its outputs copied, as a node's thread
-    may add to them while the state is written."""
+    its deep copies, a cost paid on every save); its outputs and children copied, as a
+    node's thread may add to them while the state is written."""
     kept = {name: getattr(record, name) for name in _SAVED_FIELDS}
     kept["outputs"] = dict(record.outputs)
+    kept["children"] = list(record.children)
     return kept

@@ -13,7 +13,7 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 
-from flows.local.records import RunResult, TaskRecord, TaskState, file_name
+from flows.local.status import RunResult, TaskRecord, TaskState, file_name
 
 if TYPE_CHECKING:
     from flows.local.workflow import LocalRunner
@@ -36,7 +36,8 @@ def _records(runner: LocalRunner) -> list[TaskRecord]:
 
 
 def task_table(runner: LocalRunner, title: str | None = None) -> Table:
-    table = Table(title=title or f"workflow {runner.name}", title_justify="left")
+    pending = f": Pending ({runner.message})" if runner.message else ""
+    table = Table(title=title or f"workflow {runner.name}{pending}", title_justify="left")
     for column in ("task", "template", "state", "attempt", "seconds", "note"):
         table.add_column(column, justify="right" if column in ("attempt", "seconds") else "left")
     for record in _records(runner):
@@ -58,6 +59,7 @@ class LiveView:
         self.console = console
         self.lock = threading.Lock()
         self.seen: dict[str, tuple[TaskState, int]] = {}
+        self.message = ""  # the workflow's own message last shown (a wait for a lock)
         self.live: Live | None = None
         self.runner: LocalRunner | None = None
 
@@ -88,6 +90,11 @@ class LiveView:
             self.runner = runner
             if self.live:
                 return
+            if runner.message != self.message:
+                self.message = runner.message
+                if runner.message:
+                    line = f"[{runner.name}] workflow: Pending ({runner.message})"
+                    self.console.print(line, markup=False, highlight=False)
             for record in _records(runner):
                 key = (record.state, record.attempts)
                 if self.seen.get(record.name) != key and record.state is not TaskState.PENDING:

@@ -10,33 +10,38 @@ a ``state.json`` from which ``resume`` continues a failed or interrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from flows.local.checks.fields import unsupported
 from flows.local.checks.lint import lint
-from flows.local.checks.resources import serves
 from flows.local.errors import UnsupportedFeature
 from flows.local.memo import MemoCache, default_cache_dir
 from flows.local.nodes.node import run_node
+from flows.local.pods.manifest import serves
+from flows.local.pods.pod import Pods
 from flows.local.pods.processes import SubprocessHandler, TaskHandler
-from flows.local.records import RunResult, TaskRecord, TaskState
+from flows.local.pods.services import LocalServices
 from flows.local.signals import STOP_MESSAGE, RunStopped, as_stop, stop_on_signals
 from flows.local.state import RunState
+from flows.local.status import RunResult, TaskRecord, TaskState
+from flows.local.synchronization import default_lock_dir, held, mutex_names
 from flows.local.template_ref import resolve
+from flows.local.variables import failures_json, start_globals
 
 
 class LocalRunner:
-    """Executes one workflow manifest; ``handler`` starts the processes (swappable in tests).
-    Its run's state (``state``: records, globals, lock, handler, stop events) goes to the
-    functions that run the nodes, ``flows.local.nodes.node.run_node`` first."""
+    """Executes one workflow manifest. Its run's state (``state``: the node records, the
+    globals, the stop events) and its pods (``pods``: the task handler, swappable in
+    tests, the InferenceServices, the workflow's parallelism) go to
+    ``flows.local.nodes.node.run_node``, for the entrypoint and then the exit handler."""
 
     def __init__(
         self,
@@ -48,9 +53,10 @@ class LocalRunner:
         cwd: Path | None = None,
         env: dict[str, str] | None = None,
         on_change: Any = None,
-        sleep: Any = time.sleep,
+        sleep: Any = None,
         workflow_templates: list[dict[str, Any]] | None = None,
         parameters: dict[str, str] | None = None,
+        lock_dir: Path | None = None,
     ) -> None:
         manifest = resolve(manifest, workflow_templates or (), parameters)
         problems = unsupported(manifest) + lint(manifest)
@@ -64,41 +70,28 @@ class LocalRunner:
         )
         self.run_dir = Path(runs_dir) / self.name
         self.on_change = on_change or (lambda runner: None)
-        limit = spec.get("parallelism")
         self.state = RunState(
             name=self.name,
             manifest=manifest,
             run_dir=self.run_dir,
             templates=self.templates,
-            globals={},
-            records={},
-            handler=handler or SubprocessHandler(),
             memo=MemoCache(cache_dir or default_cache_dir()),
             cwd=cwd or Path.cwd(),
-            env=dict(os.environ if env is None else env),
-            on_change=lambda: self.on_change(self),
-            sleep=sleep,
-            pod_slots=threading.BoundedSemaphore(int(limit)) if limit else None,
+            on_change=self._changed,
         )
-        self.globals = self.state.globals
-        self.tasks = self.state.records  # every node by its key
-        self.services = self.state.services  # InferenceServices: up until the run ends
-        self.kept = self.state.kept  # nodes a resumed run keeps from the earlier one
-        self.globals.update({
-            "workflow.name": self.name,
-            "workflow.namespace": manifest["metadata"].get("namespace", "local"),
-            "workflow.uid": str(uuid.uuid4()),
-            "workflow.creationTimestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
-            "workflow.status": "Running",
-        })  # fmt: skip
-        arguments = spec.get("arguments", {}).get("parameters", [])
-        # all of them as one JSON string, before a parameter named "json" may replace it
-        self.globals["workflow.parameters.json"] = parameters_json(arguments)
-        for parameter in arguments:
-            self.globals[f"workflow.parameters.{parameter['name']}"] = str(
-                parameter.get("value", "")
-            )
+        limit = spec.get("parallelism")
+        self.pods = Pods(
+            self.state,
+            handler or SubprocessHandler(),
+            dict(os.environ if env is None else env),
+            parallelism=int(limit) if limit else None,
+            wait=sleep,  # a test's clock; by default the backoff waits until a stop
+        )
+        self.globals.update(start_globals(manifest, self.name))
+        # spec.synchronization: one run at a time per mutex, across this machine's runs
+        self.mutexes = mutex_names(spec, self.globals["workflow.namespace"])
+        self.lock_dir = lock_dir or default_lock_dir()
+        self.message = ""  # the workflow's own message (Argo's status.message): a wait
         entry = self.templates[spec["entrypoint"]]
         # the entrypoint is the root node: it gets the workflow's arguments as its inputs
         self.entry_task = {
@@ -116,13 +109,36 @@ class LocalRunner:
         if not composite:
             self.tasks[self.name] = self.root
         exit_name = spec.get("onExit")
-        self.exit_task = self.state.exit_task = (
-            TaskRecord("onExit", exit_name) if exit_name else None
-        )
+        self.state.exit_task = TaskRecord("onExit", exit_name) if exit_name else None
         self.started = time.time()
 
+    @property
+    def tasks(self) -> dict[str, TaskRecord]:
+        """Every node by its key (``state.tasks``)."""
+        return self.state.tasks
+
+    @property
+    def globals(self) -> dict[str, str]:
+        """The workflow's variables: ``workflow.*`` (``state.globals``)."""
+        return self.state.globals
+
+    @property
+    def exit_task(self) -> TaskRecord | None:
+        """The exit handler's node (``state.exit_task``), None without ``onExit``."""
+        return self.state.exit_task
+
+    @property
+    def services(self) -> LocalServices:
+        """The run's InferenceServices, up until the run ends (``pods.services``)."""
+        return self.pods.services
+
     def save_state(self) -> None:
-        self.state.save()
+        self.state.save(self.pods.services.describe())
+
+    def _changed(self) -> None:
+        """Nodes started or finished: the state on disk and the view follow."""
+        self.save_state()
+        self.on_change(self)
 
     @classmethod
     def resume(cls, run_dir: Path, **kwargs: Any) -> LocalRunner:
@@ -145,7 +161,8 @@ class LocalRunner:
                 record.state, record.outputs = TaskState(saved["state"]), saved["outputs"]
                 record.result, record.kind = saved.get("result"), saved.get("kind", "Pod")
                 record.attempts, record.message = saved["attempts"], "kept from the earlier run"
-                runner.kept.add(name)
+                record.children = list(saved.get("children", []))  # a TaskGroup's items
+                runner.state.kept.add(name)
         return runner
 
     # --- the run ------------------------------------------------------------------------
@@ -156,7 +173,7 @@ class LocalRunner:
             try:
                 status = self._run_to_end()
             finally:  # whatever happened: no InferenceService outlives the run
-                self.services.stop_all()
+                self.pods.services.stop_all()
                 self.save_state()
         return RunResult(
             self.name, status, self.run_dir, self.tasks, self.globals, time.time() - self.started
@@ -164,40 +181,45 @@ class LocalRunner:
 
     def _run_to_end(self) -> str:
         self.save_state()
-        try:
-            status = self._run_entry()
-        except KeyboardInterrupt as exc:
-            stop = as_stop(exc)
-            for record in self.tasks.values():
-                if record.state is TaskState.RUNNING:  # its thread was stopped first
-                    record.state, record.message = TaskState.FAILED, STOP_MESSAGE
-                    record.finished = time.time()
-            self._finish("Failed", stop)
-            raise stop from None
-        self._finish(status, None)
+        with contextlib.ExitStack() as locks:  # held until the exit handler ended
+            try:
+                locks.enter_context(
+                    held(self.mutexes, self.lock_dir, self.state.stopping, self._waiting)
+                )
+                status = self._run_entry()
+            except KeyboardInterrupt as exc:
+                stop = as_stop(exc)
+                for record in self.tasks.values():
+                    if record.state is TaskState.RUNNING:  # its thread was stopped first
+                        record.state, record.message = TaskState.FAILED, STOP_MESSAGE
+                        record.finished = time.time()
+                self._finish("Failed", stop)
+                raise stop from None
+            self._finish(status, None)
         if self.exit_task and self.exit_task.state.failed:  # Failed or Error
             status = self.globals["workflow.status"] = "Failed"  # as Argo marks it
             self.save_state()
         return status
+
+    def _waiting(self, message: str) -> None:
+        """Pending for a mutex another run holds (Argo's message), or no longer ("")."""
+        self.message = message
+        if not message:
+            self.started = time.time()  # the run starts once it holds its locks
+        self._changed()
 
     def _finish(self, status: str, stop: RunStopped | None) -> None:
         """Argo's end of a workflow: its status, duration and failures, then the exit handler.
         A second signal while the exit handler runs stops it at once."""
         self.globals["workflow.status"] = status
         self.globals["workflow.duration"] = f"{time.time() - self.started:.6f}"
-        self.globals["workflow.failures"] = json.dumps(
-            [
-                {"displayName": r.name, "message": r.message, "templateName": r.template,
-                 "phase": r.state.value, "podName": r.name, "finishedAt": _rfc3339(r.finished)}
-                for r in list(self.tasks.values()) if r.state.failed
-            ]
-        )  # fmt: skip
+        self.globals["workflow.failures"] = failures_json(list(self.tasks.values()))
         self.save_state()
         try:
             self._run_exit_handler(status)
         except KeyboardInterrupt as exc:
             second = as_stop(exc)
-            self.state.stop()
+            self.pods.stop()
             if self.exit_task:
                 self.exit_task.state = TaskState.FAILED
                 self.exit_task.message = f"stopped at once by a second signal ({second})"
@@ -217,10 +239,10 @@ class LocalRunner:
             timer.start()
         try:
             self.root.state = TaskState.RUNNING
-            run_node(self.state, self.entry_task, self.root, dict(self.globals))
+            run_node(self.state, self.pods, self.entry_task, self.root, dict(self.globals))
         except BaseException:
             # Ctrl-C: stop the processes first, or the pool would wait for them.
-            self.state.stop()
+            self.pods.stop()
             raise
         finally:
             if timer:
@@ -232,7 +254,7 @@ class LocalRunner:
     def _deadline(self) -> None:
         """Workflow activeDeadlineSeconds: Argo fails the running nodes and schedules none."""
         self.state.deadline_passed.set()
-        self.state.stop()
+        self.pods.stop()
 
     # --- the exit handler ------------------------------------------------------------------------
     def _run_exit_handler(self, status: str) -> None:
@@ -240,49 +262,9 @@ class LocalRunner:
             return
         record = self.exit_task
         record.state = TaskState.RUNNING
-        self.state.stopping.clear()
-        reset = getattr(self.state.handler, "reset", None)
-        if reset:  # the exit handler's process may start after a stop
-            reset()
+        self.pods.restart()  # the exit handler's processes start after a stop too
         task = {"name": "onExit", "template": record.template}
         self.globals["workflow.status"] = status
-        run_node(self.state, task, record)
+        run_node(self.state, self.pods, task, record)
         self.save_state()  # the handler's own record too
         self.on_change(self)
-
-
-PARAMETER_FIELDS = ("name", "default", "value", "valueFrom", "globalName", "enum", "description")
-
-
-def parameters_json(parameters: list[dict[str, Any]]) -> str:
-    """``{{workflow.parameters.json}}``: the workflow's arguments as Go's ``json.Marshal``
-    writes Argo's ``[]Parameter`` (its field order, empty fields left out, values as
-    strings), as argo-workflows v4.0.5 workflow/controller/operator.go sets it among the
-    globals. Argo's examples/conditionals.yaml reads it with ``jsonpath``."""
-    written = []
-    for parameter in parameters:
-        item: dict[str, Any] = {}
-        for name in PARAMETER_FIELDS:
-            value = parameter.get(name)
-            if value is None or (name in ("globalName", "enum") and not value):
-                continue  # omitempty: a nil pointer, an empty string or list
-            if name in ("default", "value", "description"):
-                value = _go_string(value)
-            elif name == "enum":
-                value = [_go_string(v) for v in value]
-            item[name] = value
-        written.append(item)
-    text = json.dumps(written, separators=(",", ":"), ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _go_string(value: Any) -> str:
-    """A YAML scalar as Argo's AnyString holds it (``true``, not Python's ``True``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _rfc3339(epoch: float | None) -> str | None:
-    """Argo's timestamps in {{workflow.failures}}: RFC 3339, UTC, seconds."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -24,7 +24,7 @@ from kubeflow.training.constants import constants
 from kubernetes import client as k8s
 
 from flows.manifests import network
-from flows.manifests.names import MAX_NAME, FlowError, dns1035
+from flows.manifests.names import MAX_NAME, dns1035
 from flows.manifests.pod import (
     DATA_VOLUME,
     ISTIO_INJECT,
@@ -71,19 +71,6 @@ def generate_name(prefix: str, counts: dict[str, int]) -> str:
     label of at most 63 characters, however long the prefix or large the job."""
     budget = MAX_NAME - replica_suffix_len(counts) - GENERATED_SUFFIX - 1  # 1: the "-"
     return f"{dns1035(prefix, budget)}-"
-
-
-def nproc_per_node(cfg: PipelineConfig) -> str:
-    """``spec.nprocPerNode``: the configured number, or for ``auto`` one per GPU (else 1)."""
-    nproc, gpus = cfg.train.nproc_per_node, cfg.cluster.gpus_per_node
-    if nproc == "auto":
-        return str(max(gpus, 1))
-    if gpus and nproc > gpus:
-        raise FlowError(
-            f"train.nproc_per_node {nproc} > cluster.gpus_per_node {gpus}: at most one "
-            "process per GPU; lower train.nproc_per_node or use auto"
-        )
-    return str(nproc)
 
 
 def _quantities(cfg: PipelineConfig) -> k8s.V1ResourceRequirements:
@@ -254,7 +241,7 @@ def build_pytorchjob(
         ),
         spec=kf.KubeflowOrgV1PyTorchJobSpec(
             pytorch_replica_specs=replicas,
-            nproc_per_node=nproc_per_node(cfg),
+            nproc_per_node=str(cfg.processes_per_node()),
             run_policy=build_run_policy(cfg),
             elastic_policy=build_elastic_policy(cfg),
         ),
@@ -287,7 +274,7 @@ def parameterized_manifest(
     several are two manifests: ``multinode`` has the Worker replica (and any elasticPolicy,
     which needs Workers), the other the Master alone."""
     c = cfg.cluster
-    nproc_per_node(cfg)  # refuses more processes than GPUs in the config itself
+    cfg.processes_per_node()  # refuses more processes than GPUs in the config itself
     size: dict[str, Any] = {"nodes": PLANNED_NODES, "gpus_per_node": 0}
     if not multinode:
         size.update(nodes=1, elastic_min_nodes=None)

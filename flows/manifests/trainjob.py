@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client as k8s
 
 from flows.manifests import network
-from flows.manifests.names import MAX_NAME, FlowError, dns1035
+from flows.manifests.names import MAX_NAME, dns1035
 from flows.manifests.pod import (
     DATA_VOLUME,
     ISTIO_INJECT,
@@ -133,18 +133,6 @@ def build_runtime(
     )
 
 
-def processes_per_node(cfg: PipelineConfig) -> int:
-    nproc, gpus = cfg.train.nproc_per_node, cfg.cluster.gpus_per_node
-    if nproc == "auto":
-        return max(gpus, 1)
-    if gpus and nproc > gpus:
-        raise FlowError(
-            f"train.nproc_per_node {nproc} > cluster.gpus_per_node {gpus}: at most one "
-            "process per GPU; lower train.nproc_per_node or use auto"
-        )
-    return nproc
-
-
 def _resources(cfg: PipelineConfig, gpus: str) -> dict[str, Any]:
     c = cfg.cluster
     requests: dict[str, Any] = {"cpu": c.cpu, "memory": c.memory}
@@ -213,7 +201,7 @@ def build_trainjob(
             "args": args,
             "env": [_k8s(item.k8s()) for item in [*env, *nccl]],
             "numNodes": c.nodes if nodes is None else nodes,
-            "numProcPerNode": processes_per_node(cfg) if nproc is None else nproc,
+            "numProcPerNode": cfg.processes_per_node() if nproc is None else nproc,
             "resourcesPerNode": _resources(cfg, str(c.gpus_per_node) if gpus is None else gpus),
         }
     )
@@ -257,7 +245,7 @@ def parameterized_manifest(
 ) -> str:
     """The TrainJob as YAML text whose size follows Argo parameters (``refs``: ``nodes``,
     ``nproc-per-node``, ``gpus-per-node``); GPU requests always set (``"0"`` asks none)."""
-    processes_per_node(cfg)  # refuses more processes than GPUs in the config itself
+    cfg.processes_per_node()  # refuses more processes than GPUs in the config itself
     job = build_trainjob(
         cfg, args=args, env=env, labels=labels, nodes=1, nproc=1, gpus="1", owner=owner
     )

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     store = open_store(args.output, cfg.storage)
     tracked = None
     if tracking_wanted(cfg, args.mlflow_run_id):  # before the long part: fail early
-        from steps.common.tracking import open_run
+        from steps.common.pipeline_run import open_run
 
         tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="benchmark")
     succeeded = False

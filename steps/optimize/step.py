@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     tracked = None
     if tracking_wanted(cfg, args.mlflow_run_id):
-        from steps.common.tracking import open_run
+        from steps.common.pipeline_run import open_run
 
         tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="optimize")
     succeeded = False

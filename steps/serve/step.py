@@ -112,7 +112,7 @@ def fetch_model(uri: str, cfg: PipelineConfig, into: Path) -> tuple[Path, ModelI
     if local is not None:
         path = local
     else:
-        from steps.common.tracking import connect
+        from steps.common.pipeline_run import connect
 
         connect(cfg.tracking)  # models:/ and runs:/ need the tracking server
         try:

@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> str:
     else:
         import mlflow
 
-        from steps.common.tracking import connect
+        from steps.common.pipeline_run import connect
 
         connect(cfg.tracking)
         client = mlflow.MlflowClient()

@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     expected = expected_accuracy(doc, batches.images)
     tracked = None
     if tracking_wanted(cfg, args.mlflow_run_id):  # before the check: fail early
-        from steps.common.tracking import open_run
+        from steps.common.pipeline_run import open_run
 
         tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="serve-check")
     promotion = doc.get("promotion", {})

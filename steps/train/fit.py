@@ -17,8 +17,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from steps.common.config import ConfigError, PipelineConfig, TrainConfig
+from steps.common.pipeline_run import TrackedRun
 from steps.common.storage import Store, open_store
-from steps.common.tracking import TrackedRun
 from steps.train.checkpoints import Progress, resume, save_checkpoint, training_state
 from steps.train.distributed import Dist, average_buffers
 from steps.train.hooks import Hooks

@@ -21,7 +21,7 @@ from mlflow.models.signature import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
 from steps.common.config import PipelineConfig, flatten
-from steps.common.tracking import TrackedRun
+from steps.common.pipeline_run import TrackedRun
 from steps.train.checkpoints import Progress
 from steps.train.data import Dataset
 

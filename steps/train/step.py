@@ -24,8 +24,8 @@ import time
 from dataclasses import asdict
 
 from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.pipeline_run import TrackingError, open_run
 from steps.common.step_cli import add_common, run_main, startup_seconds, write_outputs
-from steps.common.tracking import TrackingError, open_run
 from steps.train.checkpoints import CheckpointMismatch
 from steps.train.distributed import (
     Dist,

@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from pathlib import PurePosixPath
 from typing import Any
 
 from flows.local.checks.resources import resource_problems
 from flows.local.conditions.depends import depends_problems
 from flows.local.expr.evaluate import problems as expression_problems
 from flows.local.nodes.loops import LOOP_FIELDS
+from flows.local.pods.script import script_interpreter_problem
 from flows.local.substitution import EXPRESSION, expressions
 
 SUPPORTED_EXPRESSIONS = (
@@ -33,11 +33,11 @@ SUPPORTED_EXPRESSIONS = (
 )
 RETRY_EXPRESSION = SUPPORTED_EXPRESSIONS[-1]  # only in a pod's template with a retryStrategy
 ITEM_EXPRESSION = re.compile(r"item(\.[\w-]+)?")  # only in a looping task or step
-LOCAL_INTERPRETERS = re.compile(r"python(3(\.\d+)?)?|sh|bash")
 
 # Per part of the manifest: fields implemented, and fields accepted with no local effect.
 SPEC_FIELDS = {
     "entrypoint", "templates", "arguments", "onExit", "parallelism", "activeDeadlineSeconds",
+    "synchronization",
 }  # fmt: skip
 SPEC_IGNORED = {
     "serviceAccountName", "ttlStrategy", "podGC", "securityContext", "podMetadata",
@@ -45,10 +45,13 @@ SPEC_IGNORED = {
     "priorityClassName", "podPriorityClassName", "archiveLogs",
     "artifactRepositoryRef", "hostNetwork", "dnsPolicy",
     "automountServiceAccountToken", "executor", "podDisruptionBudget", "schedulerName",
-    # a lock between runs, and the clean-up of a deleted workflow's artifacts: neither
-    # changes how one run ends
-    "synchronization", "artifactGC",
+    # the clean-up of a deleted workflow's artifacts: it changes nothing of how a run ends
+    "artifactGC",
 }  # fmt: skip
+# spec.synchronization: mutexes, held across this machine's runs (flows.local.synchronization);
+# a semaphore's limit lives in a ConfigMap and a database lock in Argo's database: none here
+SYNCHRONIZATION_FIELDS = {"mutexes"}
+MUTEX_FIELDS = {"name", "namespace"}
 TEMPLATE_FIELDS = {
     "name", "container", "script", "dag", "steps", "resource", "inputs", "outputs",
     "retryStrategy", "activeDeadlineSeconds", "timeout", "memoize", "parallelism", "failFast",
@@ -83,6 +86,12 @@ def unsupported(manifest: Mapping[str, Any]) -> list[str]:
         problems.append(f"kind {manifest.get('kind')!r} (only Workflow runs locally)")
     spec = manifest.get("spec", {})
     problems += _extra("spec", spec, SPEC_FIELDS, SPEC_IGNORED)
+    synchronization = spec.get("synchronization") or {}
+    problems += _extra("spec.synchronization", synchronization, SYNCHRONIZATION_FIELDS)
+    for mutex in synchronization.get("mutexes") or []:
+        problems += _extra("spec.synchronization.mutexes[]", mutex, MUTEX_FIELDS)
+        if not mutex.get("name"):
+            problems.append("spec.synchronization.mutexes[]: a mutex without a name")
     for template in spec.get("templates", []):
         where = f"template {template.get('name')}"
         problems += _extra(where, template, TEMPLATE_FIELDS, TEMPLATE_IGNORED)
@@ -126,16 +135,6 @@ def _split_loops(spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[Any]]:
 
 def _loops(task: Mapping[str, Any]) -> bool:
     return any(field in task for field in LOOP_FIELDS)
-
-
-def script_interpreter_problem(where: str, script: Mapping[str, Any]) -> str | None:
-    """Why a script template cannot run here, or None."""
-    command = script.get("command") or []
-    if not command:
-        return f"{where}: script has no command (the image's interpreter is not known here)"
-    if not LOCAL_INTERPRETERS.fullmatch(PurePosixPath(str(command[0])).name):
-        return f"{where}: script command {command[0]!r} (only python, sh and bash run locally)"
-    return None
 
 
 def _check_task(where: str, task: Mapping[str, Any], fields: set[str]) -> list[str]:

@@ -17,8 +17,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from flows.local.conditions.continue_on import continues
 from flows.local.errors import ExpressionError
-from flows.local.records import TaskRecord
+from flows.local.status import TaskRecord, TaskState
 
 RESULTS = {"Succeeded", "Failed", "Errored", "Skipped", "Omitted", "Daemoned",
            "AnySucceeded", "AllFailed"}  # fmt: skip
@@ -176,8 +177,7 @@ def dag_phase(
     for leaf in leaves:
         found = branch(leaf)
         bad = [p for p in ("Failed", "Error") if p in found]
-        continue_on = by_name[leaf].get("continueOn") or {}
-        bad = [p for p in bad if not continue_on.get("failed" if p == "Failed" else "error")]
+        bad = [p for p in bad if not continues(by_name[leaf], TaskState(p))]
         if bad:
             result = bad[0]
             if fail_fast:

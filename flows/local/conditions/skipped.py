@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flows.local.errors import ExpressionError
-from flows.local.records import TaskRecord
+from flows.local.status import TaskRecord
 
 PURE_REFERENCE = re.compile(
     r"\{\{\s*((?:tasks|steps)\.[\w-]+)\.outputs\.parameters\.([\w-]+)\s*\}\}"

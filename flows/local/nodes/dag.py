@@ -1,139 +1,158 @@
-"""DAG templates, at any depth, as Argo's controller runs them (workflow/controller/dag.go).
+"""One DAG template's run, held as Argo's controller holds it (argo-workflows v4.0.5
+workflow/controller/dag.go): a ``DagContext`` with the template's tasks and the node each
+decided task has, and the methods ``run_dag`` (``flows.local.nodes.node``) calls.
 
-A task is decided once the tasks it depends on are done: it runs when its ``depends`` (or
-``dependencies``) holds over their results (``flows.local.conditions.depends``: a plain
-name is Succeeded or Skipped, or Failed / Errored with ``continueOn`` set for that phase),
-and is Omitted otherwise; its ``when`` is evaluated as it starts (``run_node``). With
-``dag.failFast`` (true by default) the DAG ends, starting nothing more, once no node runs
-and a leaf task's branch has failed, as Argo's ``assessDAGPhase`` ends it (a failure that a
-``depends`` expects, or that ``continueOn`` covers, is no failed branch). A looping task is
-a TaskGroup node done when all its items are. The DAG's phase is ``assessDAGPhase``'s:
-Failed (or Error) when a leaf task's branch failed and that task does not continue on it.
-Its nodes start through the one scheduling loop (``flows.local.nodes.schedule``).
+- ``ready`` is ``executeDAGTask`` over the tasks: every task whose dependencies are done is
+  decided once: it runs when its ``depends`` (or ``dependencies``) holds over their results
+  (``flows.local.conditions.depends``: a plain name is Succeeded or Skipped, or Failed /
+  Errored with ``continueOn`` set for that phase), and is Omitted otherwise; its ``when``
+  is evaluated as it starts (``run_node``). A looping task is a TaskGroup node holding its
+  items' nodes (``children``), done when all of them are.
+- Every task so decided starts before the DAG's phase is judged, as ``executeDAG`` runs
+  ``executeDAGTask`` on every target task before ``assessDAGPhase``: a failure elsewhere
+  never Omits a task whose dependencies were met. ``dag.failFast`` (true by default) only
+  changes which failure the phase reports; the template's own ``failFast: true`` starts no
+  task after any failed (``checkParallelism``).
+- ``end`` is ``assessDAGPhase``: Failed (or Error) when a leaf task's branch failed and that
+  task does not continue on it; the tasks never started are Omitted.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
 from flows.local.conditions.depends import dag_phase, dependency_names, depends_says_run
-from flows.local.nodes.loops import aggregate, group_state, is_loop
-from flows.local.nodes.references import FAIL_FAST_MESSAGE, node_refs
-from flows.local.nodes.schedule import RunNode, Unit, expand, schedule
-from flows.local.records import TaskRecord, TaskState
+from flows.local.nodes.loops import Unit, aggregate, expand, group_state
+from flows.local.nodes.scope import node_refs
 from flows.local.state import RunState
+from flows.local.status import FAIL_FAST_MESSAGE, TaskRecord, TaskState
 
 
-def run_dag(
-    state: RunState,
-    record: TaskRecord,
-    template: dict[str, Any],
-    inputs: dict[str, str],
-    run_node: RunNode,
-) -> dict[str, str] | None:
-    """Run a DAG template's tasks as the node ``record``; what ``{{tasks.*}}`` gives of
-    them when it succeeded, else None (``record``'s phase and message set)."""
-    dag = template["dag"]
-    dag_tasks = dag.get("tasks", [])
-    tasks = {t["name"]: t for t in dag_tasks}
-    fail_fast = dag.get("failFast", True) is not False
-    limit = int(template.get("parallelism") or 0)
-    nodes: dict[str, TaskRecord] = {}
-    loops: dict[str, list[TaskRecord]] = {}
+class DagContext:
+    """One DAG template run as the node ``boundary`` (Argo's ``dagContext``): its tasks by
+    name, and ``nodes``, the node of each task decided so far."""
 
-    def key(name: str) -> str:
-        return f"{record.name}.{name}" if record.name else name
+    def __init__(
+        self,
+        state: RunState,
+        boundary: TaskRecord,
+        template: dict[str, Any],
+        inputs: dict[str, str],
+    ) -> None:
+        self.state, self.boundary, self.inputs = state, boundary, inputs
+        self.tasks: dict[str, dict[str, Any]] = {
+            t["name"]: t for t in template["dag"].get("tasks", [])
+        }
+        self.limit = int(template.get("parallelism") or 0)  # nodes at once; 0: no limit
+        self.fail_fast = template["dag"].get("failFast", True) is not False
+        self.template_fail_fast = template.get("failFast") is True
+        self.nodes: dict[str, TaskRecord] = {}
 
-    def refs() -> dict[str, str]:
+    def key(self, name: str) -> str:
+        """The node key of task ``name`` (Argo's ``taskNodeName``)."""
+        return f"{self.boundary.name}.{name}" if self.boundary.name else name
+
+    def items(self, name: str) -> list[TaskRecord]:
+        """A looping task's items' nodes (empty for any other task)."""
+        return [self.state.tasks[k] for k in self.nodes[name].children if k in self.state.tasks]
+
+    def refs(self) -> dict[str, str]:
+        """What ``{{tasks.NAME.*}}`` gives of every decided task (a loop's aggregated)."""
         scope: dict[str, str] = {}
-        for name, node in list(nodes.items()):
-            if name in loops:
-                scope.update(aggregate("tasks", name, loops[name]))
-            node_template = state.templates.get(node.template, {})
-            scope.update(node_refs("tasks", name, node, node_template))
+        for name, node in list(self.nodes.items()):
+            if node.children:
+                scope.update(aggregate("tasks", name, self.items(name)))
+            template = self.state.templates.get(node.template, {})
+            scope.update(node_refs("tasks", name, node, template))
         return scope
 
-    def decide() -> list[Unit]:
-        """Every task whose dependencies are done, decided: its nodes to run, or Omitted."""
-        ready: list[Unit] = []
+    # --- the scheduling loop's calls -------------------------------------------------------
+    def ready(self) -> list[Unit]:
+        """Every task whose dependencies are done, decided (an Omitted one may decide those
+        below it, so until none is left): the nodes to run for it."""
+        units: list[Unit] = []
         decided = True
         while decided:
             decided = False
-            for name, task in tasks.items():
-                if name in nodes:
-                    continue
-                deps = [nodes.get(d) for d in dependency_names(task)]
-                if any(d is None or not d.state.done for d in deps):
+            for name, task in self.tasks.items():
+                if name in self.nodes or not self._dependencies_done(task):
                     continue
                 decided = True
-                if key(name) in state.kept:
-                    nodes[name] = state.records[key(name)]
-                    if is_loop(task):  # its items: key(i:description), not their own nodes
-                        item = re.compile(re.escape(key(name)) + r"\(\d+:[^()]*\)")
-                        kept = list(state.records.items())
-                        loops[name] = [r for k, r in kept if item.fullmatch(k)]
-                elif depends_says_run(task, tasks, nodes, loops):
-                    scope = {**state.globals, **inputs, **refs()}
-                    node, units, children = expand(state, key(name), name, task, scope)
-                    ready.extend(units)
-                    if children is not None:
-                        loops[name] = children
-                        node = state.node(key(name), task["template"], "TaskGroup")
-                        node.kind, node.state, node.started = (
-                            "TaskGroup",
-                            TaskState.RUNNING,
-                            time.time(),
-                        )
-                    assert node is not None
-                    nodes[name] = node
-                else:
-                    nodes[name] = state.settle(
-                        key(name), task["template"], TaskState.OMITTED,
-                        "omitted: depends condition not met", "Skipped",
-                    )  # fmt: skip
-        return ready
+                units += self._decide(name, task)
+        return units
 
-    def failed(running: int) -> bool:
-        if template.get("failFast") is True:  # the template's, not dag.failFast: any failure
-            return any(n.state.failed for n in nodes.values())
-        # dag.failFast: Argo's assessDAGPhase is Running while a node runs; then it fails
-        # the DAG, which starts nothing more, when a leaf task's branch failed (a
-        # failure a depends expects is no such branch)
-        if running:
-            return False
-        phases = {n: "Running" for n in tasks} | {n: r.state.phase for n, r in nodes.items()}
-        return dag_phase(dag_tasks, phases) != "Succeeded"
+    def cut_short(self) -> bool:
+        """The template's ``failFast: true``: no task starts once any has failed."""
+        return self.template_fail_fast and any(n.state.failed for n in self.nodes.values())
 
-    def finished(_: TaskRecord) -> None:
-        for name, children in loops.items():
-            group = nodes[name]
-            if group.state is TaskState.RUNNING and all(c.state.done for c in children):
-                group.state, group.finished = group_state(children), time.time()
+    def finished(self, record: TaskRecord) -> None:
+        """A node ended: a TaskGroup whose items all ended takes their phase."""
+        for name, group in list(self.nodes.items()):
+            items = self.items(name)
+            if (
+                group.children
+                and group.state is TaskState.RUNNING
+                and items
+                and all(c.state.done for c in items)
+            ):
+                group.state, group.finished = group_state(items), time.time()
 
-    queue = schedule(
-        state, run_node, limit, decide, lambda running: fail_fast and failed(running), finished
-    )
-    cut_short = bool(queue) or len(nodes) < len(tasks)
-    why = state.stopped_message() if state.stopping.is_set() else "an upstream task failed"
-    for unit_key, task, _ in queue:  # not started: failFast or a stop
-        state.settle(unit_key, task["template"], TaskState.OMITTED, why, "Pod")
-    for name, task in tasks.items():
-        if name not in nodes:
-            nodes[name] = state.settle(
-                key(name), task["template"], TaskState.OMITTED, why, "Skipped"
-            )
-        elif name in loops and nodes[name].state is TaskState.RUNNING:  # cut short
-            cut = any(c.state is TaskState.OMITTED for c in loops[name])
-            nodes[name].state = TaskState.FAILED if cut else group_state(loops[name])
-            nodes[name].finished = time.time()
-    phase = TaskState(dag_phase(dag_tasks, {n: r.state.phase for n, r in nodes.items()}, fail_fast))
-    if template.get("failFast") is True and cut_short and failed(0):
-        record.state, record.message = TaskState.FAILED, FAIL_FAST_MESSAGE
-        return None
-    if phase is not TaskState.SUCCEEDED:
-        record.state = phase
-        record.message = state.stopped_message() if state.stopping.is_set() else ""
-        return None
-    return refs()
+    # --- the end ---------------------------------------------------------------------------
+    def end(self, unstarted: list[Unit]) -> dict[str, str] | None:
+        """The DAG's end: what never started Omitted, its phase on ``boundary``; what
+        ``{{tasks.*}}`` gives when it succeeded, else None."""
+        state = self.state
+        cut_short = bool(unstarted) or len(self.nodes) < len(self.tasks)
+        why = state.stopped_message() if state.stopping.is_set() else "an upstream task failed"
+        for unit_key, task, _ in unstarted:  # not started: failFast or a stop
+            state.settle(unit_key, task["template"], TaskState.OMITTED, why, "Pod")
+        for name, task in self.tasks.items():
+            if name not in self.nodes:
+                self.nodes[name] = state.settle(
+                    self.key(name), task["template"], TaskState.OMITTED, why, "Skipped"
+                )
+            elif self.nodes[name].children and self.nodes[name].state is TaskState.RUNNING:
+                items = self.items(name)  # cut short
+                cut = any(c.state is TaskState.OMITTED for c in items)
+                self.nodes[name].state = TaskState.FAILED if cut else group_state(items)
+                self.nodes[name].finished = time.time()
+        phases = {n: r.state.phase for n, r in self.nodes.items()}
+        phase = TaskState(dag_phase(list(self.tasks.values()), phases, self.fail_fast))
+        if self.template_fail_fast and cut_short and self.cut_short():
+            self.boundary.state, self.boundary.message = TaskState.FAILED, FAIL_FAST_MESSAGE
+            return None
+        if phase is not TaskState.SUCCEEDED:
+            self.boundary.state = phase
+            self.boundary.message = state.stopped_message() if state.stopping.is_set() else ""
+            return None
+        return self.refs()
+
+    # --- one task ----------------------------------------------------------------------------
+    def _dependencies_done(self, task: dict[str, Any]) -> bool:
+        nodes = [self.nodes.get(d) for d in dependency_names(task)]
+        return all(n is not None and n.state.done for n in nodes)
+
+    def _decide(self, name: str, task: dict[str, Any]) -> list[Unit]:
+        """Task ``name``, its dependencies done: kept from the earlier run, Omitted, or its
+        node (a loop's TaskGroup) and the units to run."""
+        key, state = self.key(name), self.state
+        if key in state.kept:  # resumed: it succeeded before, its items with it
+            self.nodes[name] = state.tasks[key]
+            return []
+        loops = {n: self.items(n) for n, node in self.nodes.items() if node.children}
+        if not depends_says_run(task, self.tasks, self.nodes, loops):
+            self.nodes[name] = state.settle(
+                key, task["template"], TaskState.OMITTED,
+                "omitted: depends condition not met", "Skipped",
+            )  # fmt: skip
+            return []
+        scope = {**state.globals, **self.inputs, **self.refs()}
+        node, units, items = expand(state, key, name, task, scope)
+        if items is not None:  # Argo's TaskGroup node: done when all its items are
+            node = state.node(key, task["template"], "TaskGroup")
+            node.kind, node.state, node.started = "TaskGroup", TaskState.RUNNING, time.time()
+            node.children = [item.name for item in items]
+        assert node is not None
+        self.nodes[name] = node
+        return units

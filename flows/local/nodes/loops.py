@@ -1,6 +1,6 @@
 """Argo's loops, locally: a DAG task or a step with ``withItems``, ``withParam`` or
-``withSequence`` becomes one node per item, and the outputs of those nodes reach later
-tasks aggregated as JSON lists.
+``withSequence`` becomes one node per item (``expand``: a task or step as the nodes to
+run for it), and the outputs of those nodes reach later tasks aggregated as JSON lists.
 
 As Argo's controller does (``processItem``, ``generateNodeName``, ``expandSequence`` and
 ``processAggregateNodeOutputs`` in workflow/controller/operator.go): the node of item ``i``
@@ -17,11 +17,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from flows.local.errors import LoopError
-from flows.local.records import TaskRecord, TaskState
+from flows.local.errors import LoopError, UnsupportedFeature
+from flows.local.state import RunState
+from flows.local.status import TaskRecord, TaskState
 from flows.local.substitution import substitute, substitute_all
 
 LOOP_FIELDS = ("withItems", "withParam", "withSequence")
+Unit = tuple[str, dict[str, Any], dict[str, str]]  # a node to run: its key, task or step, scope
 
 
 def is_loop(task: Mapping[str, Any]) -> bool:
@@ -165,3 +167,31 @@ def group_state(children: Iterable[TaskRecord]) -> TaskState:
         if child.state.failed:
             state = child.state
     return state
+
+
+def expand(
+    state: RunState, key: str, name: str, task: dict[str, Any], scope: dict[str, str]
+) -> tuple[TaskRecord | None, list[Unit], list[TaskRecord] | None]:
+    """A task's or step's node and what to run for it (Argo's ``expandTask``): itself, or
+    one node per item (the items' records, and no node of its own: a DAG adds its
+    TaskGroup); a loop that cannot expand is an Error node, an empty one Skipped."""
+    if not is_loop(task):
+        return state.node(key, task["template"]), [(key, task, scope)], None
+    try:
+        items = loop_items(task, scope)
+    except (LoopError, UnsupportedFeature) as exc:
+        record = state.settle(key, task["template"], TaskState.ERROR, str(exc), "Skipped")
+        return record, [], None
+    if not items:
+        record = state.settle(
+            key, task["template"], TaskState.SKIPPED, "Skipped, empty params", "Skipped"
+        )
+        return record, [], None
+    units: list[Unit] = []
+    children = []
+    parent = key[: -len(name)]
+    for index, item in enumerate(items):
+        child = parent + node_name(name, index, item)
+        children.append(state.node(child, task["template"]))
+        units.append((child, task, {**scope, **item_scope(item)}))
+    return None, units, children

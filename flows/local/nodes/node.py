@@ -1,70 +1,47 @@
-"""One node of a local run, as Argo's controller runs a template (``executeTemplate``): its
-``when`` decides whether it runs at all, its inputs are bound from the task's arguments (or
-their defaults), then a DAG or steps template runs its own nodes (``flows.local.nodes.dag``,
-``flows.local.nodes.step_groups``) and gives back its outputs, and any other template runs
-as a pod (``flows.local.pods.pod``): a memo hit reused, or its process run with retries.
-An expression that fails makes the node an Error, as in Argo; a refusal a Failure.
+"""The node tree of a local run, as Argo's controller walks it (argo-workflows v4.0.5
+workflow/controller/operator.go ``executeTemplate``, dag.go ``executeDAG``, steps.go
+``executeSteps``), each call by name:
+
+- ``run_node`` (``executeTemplate``): one node; its ``when`` decides whether it runs at
+  all, its inputs are bound from the task's arguments (or their defaults), then a DAG or
+  steps template runs its own nodes and gives back its outputs, and any other template
+  runs as a pod (``flows.local.pods.pod``): a memo hit reused, or its process run with
+  retries. An expression that fails makes the node an Error, as in Argo; a refusal a
+  Failure.
+- ``run_dag`` and ``run_steps`` (``executeDAG``, ``executeSteps``): a ``DagContext``
+  (``flows.local.nodes.dag``) or each ``StepGroup`` (``flows.local.nodes.step_groups``)
+  says what is ready; ``run_nodes``, the one scheduling loop, starts those nodes on
+  threads, each through ``run_node``.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from typing import Any
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Protocol
 
-from flows.local.conditions.skipped import absent_output, check_absent
 from flows.local.conditions.when import when_says_run
 from flows.local.errors import ExpressionError, UnsupportedFeature
-from flows.local.nodes.dag import run_dag
-from flows.local.nodes.references import composite_outputs
-from flows.local.nodes.step_groups import run_steps
-from flows.local.pods.pod import run_pod
+from flows.local.nodes.dag import DagContext
+from flows.local.nodes.loops import Unit
+from flows.local.nodes.scope import bind_inputs, composite_outputs, export_globals, scope_of
+from flows.local.nodes.step_groups import StepGroup
+from flows.local.pods.pod import Pods
 from flows.local.pods.retry import retry_placeholders
-from flows.local.records import TaskRecord, TaskState, file_name
 from flows.local.state import RunState
-from flows.local.substitution import substitute, substitute_all
+from flows.local.status import FAIL_FAST_MESSAGE, TaskRecord, TaskState, file_name
+from flows.local.substitution import substitute_all
 
-
-def scope_of(state: RunState, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The workflow's globals and the entry DAG's task outputs (what the exit handler and a
-    pod's own template may refer to), and ``extra``."""
-    scope = dict(state.globals)
-    for name, record in list(state.records.items()):
-        for key, value in record.outputs.items():
-            scope[f"tasks.{name}.outputs.parameters.{key}"] = value
-    return {**scope, **(extra or {})}
-
-
-def bind_inputs(
-    task: dict[str, Any], template: dict[str, Any], scope: dict[str, str]
-) -> dict[str, str]:
-    """A template's input parameters from the task's arguments, else their own value or
-    default, as ``{{inputs.parameters.NAME}}``."""
-    arguments = task.get("arguments", {}).get("parameters", [])
-    given = {}
-    for p in arguments:
-        value = str(p.get("value", ""))
-        if absent_output(value, scope):
-            continue  # Argo drops it: the input's default applies, or it is an Error
-        check_absent(value, scope)
-        given[p["name"]] = substitute(value, scope)
-    bound = {}
-    for parameter in template.get("inputs", {}).get("parameters", []):
-        name = parameter["name"]
-        if name in given:
-            bound[name] = given[name]
-        elif "value" in parameter or "default" in parameter:
-            bound[name] = substitute(str(parameter.get("value", parameter.get("default"))), scope)
-        else:
-            for p in arguments:
-                if p["name"] == name:
-                    check_absent(str(p.get("value", "")), scope)
-            raise UnsupportedFeature(f"task {task['name']}: input parameter {name} has no value")
-    return {f"inputs.parameters.{k}": v for k, v in bound.items()}
+MAX_THREADS = 4096  # no template parallelism: every ready node at once, as Argo
 
 
 def run_node(
-    state: RunState, task: dict[str, Any], record: TaskRecord, scope: dict[str, str] | None = None
+    state: RunState,
+    pods: Pods,
+    task: dict[str, Any],
+    record: TaskRecord,
+    scope: dict[str, str] | None = None,
 ) -> None:
     """Run ``task`` (a DAG task, a step or the entrypoint) as the node ``record``;
     ``scope``: what its arguments may refer to (default: ``scope_of(state)``)."""
@@ -79,7 +56,7 @@ def run_node(
         template = state.templates[task["template"]]
         inputs = bind_inputs(task, template, scope)
         if "dag" in template or "steps" in template:
-            run_composite(state, record, template, inputs)
+            _run_composite(state, pods, record, template, inputs)
             export_globals(state, template, record)
             return
         scope = {**scope_of(state, inputs), **retry_placeholders(template)}
@@ -90,7 +67,7 @@ def run_node(
             record.outputs = hit[0]
             record.state, record.message = TaskState.CACHED, f"memoized: reused {hit[1].name}"
         else:
-            run_pod(state, record.name, resolved, record)
+            pods.run(record, resolved)
             if record.state is TaskState.SUCCEEDED:  # Argo caches successes only
                 state.memo.put(resolved, record.outputs, state.cwd)
         export_globals(state, template, record)
@@ -110,13 +87,15 @@ def run_node(
         record.finished = time.time()
 
 
-def run_composite(
-    state: RunState, record: TaskRecord, template: dict[str, Any], inputs: dict[str, str]
+def _run_composite(
+    state: RunState, pods: Pods, record: TaskRecord, template: dict[str, Any], inputs: dict
 ) -> None:
-    """Run a DAG or steps template's nodes; its outputs and phase go to ``record``."""
+    """A DAG or steps template's nodes; its outputs and phase go to ``record``."""
     record.kind = "DAG" if "dag" in template else "Steps"
-    run = run_dag if "dag" in template else run_steps
-    refs = run(state, record, template, inputs, run_node)
+    if "dag" in template:
+        refs = run_dag(state, pods, record, template, inputs)
+    else:
+        refs = run_steps(state, pods, record, template, inputs)
     if refs is None:
         return  # failed; the phase and message are set
     try:
@@ -127,10 +106,91 @@ def run_composite(
     record.state, record.message = TaskState.SUCCEEDED, ""
 
 
-def export_globals(state: RunState, template: dict[str, Any], record: TaskRecord) -> None:
-    """Output parameters with a ``globalName``: ``{{workflow.outputs.parameters.NAME}}``."""
-    for parameter in template.get("outputs", {}).get("parameters", []):
-        if parameter.get("globalName") and parameter["name"] in record.outputs:
-            state.globals[f"workflow.outputs.parameters.{parameter['globalName']}"] = (
-                record.outputs[parameter["name"]]
-            )
+def run_dag(
+    state: RunState, pods: Pods, record: TaskRecord, template: dict[str, Any], inputs: dict
+) -> dict[str, str] | None:
+    """A DAG template's tasks as the node ``record``: what ``{{tasks.*}}`` gives of them
+    when it succeeded, else None (``record``'s phase and message set)."""
+    dag = DagContext(state, record, template, inputs)
+    return dag.end(run_nodes(state, pods, dag))
+
+
+def run_steps(
+    state: RunState, pods: Pods, record: TaskRecord, template: dict[str, Any], inputs: dict
+) -> dict[str, str] | None:
+    """A steps template's groups in order as the node ``record``: what ``{{steps.*}}``
+    gives of its steps when it succeeded, else None (``record``'s phase and message set)."""
+    refs: dict[str, str] = {}
+    for index in range(len(template["steps"])):
+        if state.stopping.is_set():
+            record.state, record.message = TaskState.FAILED, state.stopped_message()
+            return None
+        group = StepGroup(state, record, template, index, {**state.globals, **inputs, **refs})
+        if group.end(run_nodes(state, pods, group)):
+            record.state, record.message = TaskState.FAILED, FAIL_FAST_MESSAGE
+            return None
+        bad = group.failure()
+        if bad is not None:
+            record.state, record.message = TaskState.FAILED, f"child '{bad.name}' failed"
+            return None
+        refs.update(group.refs())
+    return refs
+
+
+class Runnable(Protocol):
+    """What the scheduling loop runs: a ``DagContext`` or a ``StepGroup``."""
+
+    limit: int  # nodes at once (the template's parallelism); 0: no limit
+
+    def ready(self) -> list[Unit]: ...  # the nodes that may start now
+    def cut_short(self) -> bool: ...  # start nothing more (the template's failFast)
+    def finished(self, record: TaskRecord) -> None: ...  # a node ended
+
+
+def run_nodes(state: RunState, pods: Pods, work: Runnable) -> list[Unit]:
+    """The one scheduling loop: ``work``'s ready nodes started on threads (at most its
+    ``limit`` at once), each through ``run_node``; ``ready`` asked again after each one
+    finishes, until none runs and none is ready; nothing more starts once ``work`` is cut
+    short or the run stops (a signal, the workflow's deadline). Returns the nodes that
+    were ready and never started."""
+    queue: list[Unit] = []
+    running: dict[Future, str] = {}
+    with ThreadPoolExecutor(max_workers=work.limit or MAX_THREADS) as pool:
+        try:
+            changed = False
+            while True:
+                if not state.stopping.is_set() and not work.cut_short():
+                    queue.extend(work.ready())
+                    started = len(running)
+                    while queue and not (work.limit and len(running) >= work.limit):
+                        key, task, scope = queue.pop(0)
+                        if key not in state.kept:  # a kept node keeps its phase
+                            state.node(key, task["template"]).state = TaskState.RUNNING
+                        running[pool.submit(_run_unit, state, pods, key, task, scope)] = key
+                    changed = changed or len(running) > started
+                if changed:  # once per batch: a save writes every node
+                    state.on_change()
+                    changed = False
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    running.pop(future)
+                    work.finished(future.result())
+                changed = True
+        except BaseException:
+            # Ctrl-C: stop the processes first, or the pool would wait for them.
+            pods.stop()
+            raise
+    return queue
+
+
+def _run_unit(
+    state: RunState, pods: Pods, key: str, task: dict[str, Any], scope: dict[str, str]
+) -> TaskRecord:
+    record = state.node(key, task["template"])
+    if key in state.kept:  # resumed: it succeeded before
+        return record
+    record.state = TaskState.RUNNING
+    run_node(state, pods, task, record, scope)
+    return record

@@ -1,91 +1,92 @@
-"""Steps templates, at any depth, as Argo's controller runs them (workflow/controller/
-steps.go): the groups in order, the steps of a group side by side (at most the template's
-``parallelism`` at once). A group fails when one of its steps failed without ``continueOn``;
-then the template fails ("child '...' failed") and no later group runs. A looping step is one
-node per item, with no node of its own; later groups see the items' outputs aggregated.
-With the template's ``failFast: true``, no step of a group starts after one failed. A
-group's steps start through the one scheduling loop (``flows.local.nodes.schedule``).
+"""One group of a steps template as it runs (argo-workflows v4.0.5 workflow/controller/
+steps.go ``executeStepGroup``): a ``StepGroup`` with its steps' nodes and the methods
+``run_steps`` (``flows.local.nodes.node``) calls. Its steps start side by side (at most
+the template's ``parallelism`` at once; with the template's ``failFast: true``, none after
+one failed); a looping step is one node per item, with no node of its own. The group fails
+when one of its steps failed without ``continueOn``: then the template fails ("child '...'
+failed") and no later group runs. Later groups see the steps' outputs, a loop's
+aggregated.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flows.local.nodes.loops import aggregate
-from flows.local.nodes.references import FAIL_FAST_MESSAGE, continues, node_refs
-from flows.local.nodes.schedule import RunNode, Unit, expand, schedule
-from flows.local.records import TaskRecord, TaskState
+from flows.local.conditions.continue_on import continues
+from flows.local.nodes.loops import Unit, aggregate, expand
+from flows.local.nodes.scope import node_refs
 from flows.local.state import RunState
+from flows.local.status import FAIL_FAST_MESSAGE, TaskRecord, TaskState
 
 
-def run_steps(
-    state: RunState,
-    record: TaskRecord,
-    template: dict[str, Any],
-    inputs: dict[str, str],
-    run_node: RunNode,
-) -> dict[str, str] | None:
-    """Run a steps template's groups as the node ``record``; what ``{{steps.*}}`` gives of
-    its steps when it succeeded, else None (``record``'s phase and message set)."""
-    limit = int(template.get("parallelism") or 0)
-    fail_fast = template.get("failFast") is True
-    refs: dict[str, str] = {}
-    for index, group in enumerate(template["steps"]):
-        if state.stopping.is_set():
-            record.state, record.message = TaskState.FAILED, state.stopped_message()
-            return None
-        base = f"{record.name}[{index}]"
-        scope = {**state.globals, **inputs, **refs}
-        nodes: dict[str, list[TaskRecord]] = {}  # a step's node, or its items' nodes
-        looping: set[str] = set()
-        units: list[Unit] = []
-        for step in group:
-            name = step["name"]
-            node, more, children = expand(state, f"{base}.{name}", name, step, scope)
-            units += more
-            if children is not None:
-                nodes[name] = children
-                looping.add(name)
+class StepGroup:
+    """Group ``index`` of a steps template run as the node ``boundary``: each step's
+    nodes (its items' when it loops) and what is left to start."""
+
+    def __init__(
+        self,
+        state: RunState,
+        boundary: TaskRecord,
+        template: dict[str, Any],
+        index: int,
+        scope: dict[str, str],
+    ) -> None:
+        self.state = state
+        self.steps = {s["name"]: s for s in template["steps"][index]}
+        self.limit = int(template.get("parallelism") or 0)  # nodes at once; 0: no limit
+        self.fail_fast = template.get("failFast") is True
+        self.nodes: dict[str, list[TaskRecord]] = {}  # a step's node, or its items' nodes
+        self.looping: set[str] = set()
+        self.failed: list[str] = []
+        self._units: list[Unit] = []
+        base = f"{boundary.name}[{index}]"
+        for name, step in self.steps.items():
+            node, units, items = expand(state, f"{base}.{name}", name, step, scope)
+            self._units += units
+            if items is not None:
+                self.nodes[name] = items
+                self.looping.add(name)
             elif node is not None:
-                nodes[name] = [node]
-        if _run_group(state, run_node, units, limit, fail_fast):
-            record.state, record.message = TaskState.FAILED, FAIL_FAST_MESSAGE
-            return None
-        steps = {s["name"]: s for s in group}
-        for name, children in nodes.items():
-            bad = next((c for c in children if c.state.failed), None)
-            if bad is not None and not continues(steps[name], bad.state):
-                record.state = TaskState.FAILED
-                record.message = f"child '{bad.name}' failed"
-                return None
-            if name in looping:
-                refs.update(aggregate("steps", name, children))
+                self.nodes[name] = [node]
+
+    # --- the scheduling loop's calls -------------------------------------------------------
+    def ready(self) -> list[Unit]:
+        """Every step's nodes, once: a group's steps all start together."""
+        units, self._units = self._units, []
+        return units
+
+    def cut_short(self) -> bool:
+        """The template's ``failFast``: none starts after one failed (``continueOn`` or
+        not, as Argo counts them)."""
+        return bool(self.failed)
+
+    def finished(self, record: TaskRecord) -> None:
+        if record.state.failed and self.fail_fast:
+            self.failed.append(record.name)
+
+    # --- the end ---------------------------------------------------------------------------
+    def end(self, unstarted: list[Unit]) -> bool:
+        """What never started Omitted; whether failFast left some unstarted."""
+        why = FAIL_FAST_MESSAGE if self.failed else self.state.stopped_message()
+        for key, step, _ in unstarted:  # not started: failFast or a stop
+            self.state.settle(key, step["template"], TaskState.OMITTED, why, "Pod")
+        return bool(self.failed and unstarted)
+
+    def failure(self) -> TaskRecord | None:
+        """The node whose failure fails the group (its step has no ``continueOn`` for it)."""
+        for name, nodes in self.nodes.items():
+            bad = next((n for n in nodes if n.state.failed), None)
+            if bad is not None and not continues(self.steps[name], bad.state):
+                return bad
+        return None
+
+    def refs(self) -> dict[str, str]:
+        """What ``{{steps.NAME.*}}`` gives of this group's steps to later groups."""
+        refs: dict[str, str] = {}
+        for name, nodes in self.nodes.items():
+            if name in self.looping:
+                refs.update(aggregate("steps", name, nodes))
             else:
-                child_template = state.templates.get(children[0].template, {})
-                refs.update(node_refs("steps", name, children[0], child_template))
-    return refs
-
-
-def _run_group(
-    state: RunState, run_node: RunNode, units: list[Unit], limit: int, fail_fast: bool
-) -> bool:
-    """A step group's nodes side by side, at most ``limit`` at once (0: no limit). With
-    the template's ``failFast``, none starts after one failed (``continueOn`` or not, as
-    Argo counts them); returns whether that left some unstarted."""
-    pending = list(units)
-    failed: list[str] = []
-
-    def ready() -> list[Unit]:
-        given = pending[:]
-        pending.clear()
-        return given
-
-    def finished(node: TaskRecord) -> None:
-        if node.state.failed and fail_fast:
-            failed.append(node.name)
-
-    queue = schedule(state, run_node, limit, ready, lambda running: bool(failed), finished)
-    why = FAIL_FAST_MESSAGE if failed else state.stopped_message()
-    for key, step, _ in queue:  # not started: failFast or a stop
-        state.settle(key, step["template"], TaskState.OMITTED, why, "Pod")
-    return bool(failed and queue)
+                template = self.state.templates.get(nodes[0].template, {})
+                refs.update(node_refs("steps", name, nodes[0], template))
+        return refs

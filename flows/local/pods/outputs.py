@@ -1,7 +1,8 @@
 """What a finished pod gives back: its output parameters read from the files its template
 declares (``valueFrom.path``) or from the resource's JSON (``valueFrom.jsonPath``), their
-``valueFrom.default`` when absent, and its output artifacts copied into the run directory
-(Argo's executor ``SaveParameters`` / ``SaveArtifacts``)."""
+``valueFrom.default`` when absent, its output artifacts copied into the run directory
+(Argo's executor ``SaveParameters`` / ``SaveArtifacts``), and the stdout that becomes
+``outputs.result`` (``CaptureScriptResult``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Any
 
 from flows.local.errors import UnsupportedFeature
 from flows.local.pods.output_paths import missing_output
+
+RESULT_BYTES = 256 * 1024  # Argo keeps the last 256 kB of a result
 
 
 def json_path(document: Mapping[str, Any], path: str) -> str:
@@ -79,3 +82,15 @@ def small_files(directory: Path) -> dict[str, str]:
                 if "\n" not in text:
                     values[path.name] = text
     return values
+
+
+def read_result(stdout: Path) -> str | None:
+    """A process's stdout as Argo's ``outputs.result``: one trailing newline trimmed, the
+    last 256 kB kept; None when nothing was captured."""
+    try:
+        data = stdout.read_bytes()
+    except FileNotFoundError:
+        return None
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    return data[-RESULT_BYTES:].decode(errors="replace")

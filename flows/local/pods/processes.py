@@ -31,7 +31,9 @@ class ProcessSpec:
 
 class TaskHandler(Protocol):
     def run(self, spec: ProcessSpec, log: Path, tail: deque[str]) -> int: ...
-    def interrupt(self) -> None: ...
+    def interrupt(self) -> None: ...  # stop every running process; start none after
+    def reset(self) -> None: ...  # start processes again (the exit handler's, after a stop)
+    def start_service(self, spec: ProcessSpec, sink: IO[bytes]) -> subprocess.Popen: ...
 
 
 class SubprocessHandler:

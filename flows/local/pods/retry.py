@@ -1,6 +1,5 @@
 """How long a pod's attempts may run and when a failed one is tried again, as Argo decides
-(workflow/controller/operator.go ``processNodeRetries``, ``checkTemplateTimeouts``), and the
-stdout that becomes ``outputs.result`` (workflow/executor ``CaptureScriptResult``).
+(workflow/controller/operator.go ``processNodeRetries``, ``checkTemplateTimeouts``).
 
 - ``retryStrategy.limit``: retries after the first attempt; none given: no limit. A non-zero
   exit is a Failure, which ``OnError`` and ``OnTransientError`` do not retry.
@@ -24,16 +23,14 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from flows.local.durations import parse_duration
 from flows.local.errors import ExpressionError
 from flows.local.expr.evaluate import environment, evaluate
-from flows.local.records import TaskRecord
+from flows.local.status import TaskRecord
 from flows.local.substitution import EXPRESSION
 
-RESULT_BYTES = 256 * 1024  # Argo keeps the last 256 kB of a result
 RETRY_VARIABLES = (
     "retries", "lastRetry.exitCode", "lastRetry.status", "lastRetry.duration", "lastRetry.message",
 )  # fmt: skip
@@ -62,18 +59,6 @@ def fill_retry_variables(node: Any, attempt: int, record: TaskRecord, seconds: f
     if isinstance(node, list):
         return [fill_retry_variables(v, attempt, record, seconds) for v in node]
     return node
-
-
-def read_result(stdout: Path) -> str | None:
-    """A process's stdout as Argo's ``outputs.result``: one trailing newline trimmed, the
-    last 256 kB kept; None when nothing was captured."""
-    try:
-        data = stdout.read_bytes()
-    except FileNotFoundError:
-        return None
-    if data.endswith(b"\n"):
-        data = data[:-1]
-    return data[-RESULT_BYTES:].decode(errors="replace")
 
 
 def _seconds(value: Any) -> float | None:

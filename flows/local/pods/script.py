@@ -11,15 +11,27 @@ the source that name a declared output are moved to the task's directory, as in 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from flows.local.checks.fields import script_interpreter_problem
 from flows.local.errors import UnsupportedFeature
 from flows.local.pods.container import container_process
 from flows.local.pods.output_paths import OutputPaths
 from flows.local.pods.processes import ProcessSpec
+
+LOCAL_INTERPRETERS = re.compile(r"python(3(\.\d+)?)?|sh|bash")
+
+
+def script_interpreter_problem(where: str, script: Mapping[str, Any]) -> str | None:
+    """Why a script template cannot run here, or None."""
+    command = script.get("command") or []
+    if not command:
+        return f"{where}: script has no command (the image's interpreter is not known here)"
+    if not LOCAL_INTERPRETERS.fullmatch(PurePosixPath(str(command[0])).name):
+        return f"{where}: script command {command[0]!r} (only python, sh and bash run locally)"
+    return None
 
 
 def script_process(

@@ -53,7 +53,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from flows.local.errors import UnsupportedFeature
-from flows.local.pods.container import container_env, free_port, local_argv, named
+from flows.local.pods.container import container_env, local_argv
+from flows.local.pods.manifest import named
+from flows.local.pods.ports import free_port
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler, start_process
 from flows.local.signals import STOP_SIGNALS
 

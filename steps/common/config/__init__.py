@@ -1,17 +1,18 @@
-"""The pipeline's one configuration model: the sections (``sections``, ``cluster``), the
-field types they share (``fields``), and ``load_config`` with its errors (``loader``)."""
+"""The pipeline's one configuration model: ``PipelineConfig`` and its errors
+(``pipeline``), the sections (``sections``, ``cluster``, ``serving``), the field types they
+share (``fields``), and ``load_config`` (``loader``)."""
 
 from steps.common.config.cluster import ClusterConfig, ImagesConfig, ScheduleConfig
 from steps.common.config.loader import (
     DEFAULT_CONFIG_PATH,
     REPO_ROOT,
-    ConfigError,
-    PipelineConfig,
     describe,
     dump_config,
     flatten,
     load_config,
+    with_overrides,
 )
+from steps.common.config.pipeline import ConfigError, PipelineConfig
 from steps.common.config.sections import (
     CIFAR10_MD5,
     CIFAR10_URL,
@@ -45,4 +46,5 @@ __all__ = [
     "dump_config",
     "flatten",
     "load_config",
+    "with_overrides",
 ]

@@ -1,9 +1,8 @@
-"""The pipeline's one configuration model: every tunable is a typed, described field.
-
-A config is a YAML file of sections (``data``, ``storage``, ``train``, ...) plus
-``--set section.field=value`` overrides. ``load_config`` validates the merged result
-and turns every problem into a ``ConfigError`` that names the field and where the bad
-value came from (the file or the override), before anything runs.
+"""A config read: a YAML file of sections (``data``, ``storage``, ``train``, ...) plus
+``--set section.field=value`` overrides. ``load_config`` validates the merged result as a
+``PipelineConfig`` and turns every problem into a ``ConfigError`` that names the field and
+where the bad value came from (the file or the override), before anything runs;
+``with_overrides`` applies more overrides to a loaded config the same way.
 """
 
 from __future__ import annotations
@@ -13,39 +12,12 @@ from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
-from steps.common.config.cluster import ClusterConfig, ImagesConfig, ScheduleConfig
-from steps.common.config.fields import Section
-from steps.common.config.sections import (
-    BenchmarkConfig,
-    DataConfig,
-    OptimizeConfig,
-    StorageConfig,
-    TrackingConfig,
-    TrainConfig,
-)
-from steps.common.config.serving import ServingConfig
+from steps.common.config.pipeline import ConfigError, PipelineConfig
 from steps.common.version import REPO_ROOT
 
 DEFAULT_CONFIG_PATH = REPO_ROOT / "configs" / "local.yaml"
-
-
-class ConfigError(ValueError):
-    """A config file or override is unreadable or invalid; the message names the field."""
-
-
-class PipelineConfig(Section):
-    data: DataConfig = Field(default_factory=DataConfig)
-    storage: StorageConfig = Field(default_factory=StorageConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    optimize: OptimizeConfig = Field(default_factory=OptimizeConfig)
-    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    images: ImagesConfig = Field(default_factory=ImagesConfig)
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    serving: ServingConfig = Field(default_factory=ServingConfig)
 
 
 def _parse_override(text: str) -> tuple[list[str], Any]:
@@ -97,10 +69,35 @@ def load_config(
     path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
 ) -> PipelineConfig:
     """Read a config file (default: configs/local.yaml when present), apply overrides."""
+    path = _config_path(path)
+    data = _read_yaml(path) if path is not None else {}
+    return _validated(data, _source(path), overrides)
+
+
+def with_overrides(
+    cfg: PipelineConfig, overrides: list[str] | tuple[str, ...], path: str | Path | None = None
+) -> PipelineConfig:
+    """``cfg`` (loaded from ``path``) with more overrides, each checked as its field and a
+    bad one reported as ``load_config`` reports it, the file not read again: what was set
+    (by the file, an override or the environment) is applied anew, the rest defaults."""
+    if not overrides:
+        return cfg
+    return _validated(cfg.model_dump(exclude_unset=True), _source(_config_path(path)), overrides)
+
+
+def _config_path(path: str | Path | None) -> Path | None:
     if path is None and DEFAULT_CONFIG_PATH.is_file():
-        path = DEFAULT_CONFIG_PATH
-    source = str(path) if path is not None else "<defaults>"
-    data = _read_yaml(Path(path)) if path is not None else {}
+        return DEFAULT_CONFIG_PATH
+    return Path(path) if path is not None else None
+
+
+def _source(path: Path | None) -> str:
+    return str(path) if path is not None else "<defaults>"
+
+
+def _validated(
+    data: dict[str, Any], source: str, overrides: list[str] | tuple[str, ...]
+) -> PipelineConfig:
     overridden: dict[tuple[str, ...], str] = {}
     for text in overrides:
         keys, value = _parse_override(text)

@@ -1,8 +1,10 @@
-"""What a local run knows of its tasks, shared by the runner and its view: each task's
-state (Argo's node phases that a local run reaches, plus Cached for a memo hit), its
-record (attempts, times, exit code, outputs, log tail), and the run's result. A record is
-one of Argo's nodes: a pod, or a DAG, steps or loop (TaskGroup) node holding others; its
-key is Argo's node name without the workflow's (``A``, ``A.B``, ``[0].step``, ``B(0:foo)``).
+"""The status of a local run's nodes, as Argo's ``NodePhase`` and ``NodeStatus`` hold it
+(pkg/apis/workflow/v1alpha1/workflow_types.go), shared by the runner and its view: each
+task's state (``TaskState``: the node phases a local run reaches, plus Cached for a memo
+hit), its record (``TaskRecord``: attempts, times, exit code, outputs, log tail, the
+nodes it holds), and the run's result (``RunResult``). A record is one of Argo's nodes: a
+pod, or a DAG, steps or loop (TaskGroup) node holding others; its key is Argo's node name
+without the workflow's (``A``, ``A.B``, ``[0].step``, ``B(0:foo)``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# Argo's message on a DAG or steps node that its template's failFast cut short
+# (workflow/controller/operator.go checkParallelism)
+FAIL_FAST_MESSAGE = "template has failed or errored children and failFast enabled"
 
 
 def file_name(node: str) -> str:
@@ -65,6 +71,7 @@ class TaskRecord:
     outputs: dict[str, str] = field(default_factory=dict)
     result: str | None = None  # outputs.result: the main process's stdout, as Argo keeps it
     kind: str = "Pod"  # Argo's node type: Pod, DAG, Steps, TaskGroup, Skipped
+    children: list[str] = field(default_factory=list)  # a TaskGroup's items, by key
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=200), repr=False)
 
     @property

@@ -1,4 +1,4 @@
-"""MLflow helpers every step shares: reach the server, open or join the pipeline's run.
+"""The pipeline's MLflow run, as every step shares it: reach the server, open or join the run.
 
 The workflow's first task creates one run and passes its id to every step; a step joins
 it with ``open_run(cfg, run_id)`` and leaves it RUNNING; the exit handler ends it with the

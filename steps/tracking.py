@@ -117,12 +117,21 @@ def start_pipeline_run(
 
 def was_stopped(failures: str) -> bool:
     """Whether ``{{workflow.failures}}`` shows ``argo stop``: Argo then ends the workflow
-    Failed, its running nodes Failed with "Stopped with strategy 'Stop'"."""
+    Failed, its running nodes Failed with "Stopped with strategy 'Stop'". Argo v4.0.5
+    (workflow/controller/operator.go) hands over the failed nodes' JSON ``strconv.Quote``-d,
+    a JSON string holding the JSON list: decoded until it is not a string."""
     try:
-        nodes = json.loads(failures or "null") or []
+        nodes = json.loads(failures or "null")
+        if isinstance(nodes, str):
+            nodes = json.loads(nodes)
     except ValueError:
         return False
-    return any(str(n.get("message", "")).startswith("Stopped with strategy") for n in nodes)
+    if not isinstance(nodes, list):
+        return False
+    return any(
+        isinstance(n, dict) and str(n.get("message", "")).startswith("Stopped with strategy")
+        for n in nodes
+    )
 
 
 def end_pipeline_run(

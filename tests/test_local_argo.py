@@ -283,7 +283,32 @@ def test_exit_handler_sees_duration_and_failures(tmp_path: Path) -> None:
     _, result = run(tmp_path, manifest)
     assert result.status == "Failed"
     assert float((tmp_path / "duration").read_text()) >= 0.2
-    (failure,) = json.loads((tmp_path / "failures").read_text())
+    # Argo v4.0.5 (workflow/controller/operator.go) json.Marshals the failed nodes, then
+    # strconv.Quotes them: the exit handler reads a JSON string holding compact JSON.
+    text = (tmp_path / "failures").read_text().strip()
+    assert text.startswith('"[{\\"displayName\\":\\"bad\\",\\"message\\":\\"exited')
+    (failure,) = json.loads(json.loads(text))
+    assert list(failure) == [
+        "displayName",
+        "message",
+        "templateName",
+        "phase",
+        "podName",
+        "finishedAt",
+    ]  # failedNodeStatus's field order
     assert failure["displayName"] == "bad" and failure["phase"] == "Failed"
     assert failure["message"] == "exited with code 4 after 1 attempt(s)"
     assert failure["finishedAt"].endswith("Z")
+
+
+def test_a_workflow_that_succeeds_has_failures_null_quoted(tmp_path: Path) -> None:
+    """A nil list marshals to ``null``, quoted as ``"null"`` (operator.go)."""
+    report = f"cat > {tmp_path}/failures <<'END'\n{{{{workflow.failures}}}}\nEND\n"
+    manifest = workflow(
+        [{"name": "ok", "template": "ok"}],
+        [container("ok", "true"), container("bye", report)],
+        onExit="bye",
+    )
+    _, result = run(tmp_path, manifest)
+    assert result.status == "Succeeded"
+    assert (tmp_path / "failures").read_text().strip() == '"null"'

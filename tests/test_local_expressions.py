@@ -365,7 +365,7 @@ def test_a_failed_when_expression_is_an_error_not_a_failure(tmp_path: Path) -> N
     assert states(result) == {"a": "Error"}
     assert "invalid operation: int(x)" in result.tasks["a"].message
     assert (tmp_path / "status").read_text().strip() == "Error"
-    (failure,) = json.loads((tmp_path / "failures").read_text())
+    (failure,) = json.loads(json.loads((tmp_path / "failures").read_text()))  # Argo quotes it
     assert (failure["displayName"], failure["phase"]) == ("a", "Error")
 
 

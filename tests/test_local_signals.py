@@ -97,7 +97,7 @@ def test_a_signal_stops_the_run_as_argo_stop_and_resume_finishes(
     assert f"Stopped by {signal.Signals(signum).name}" in err
     assert all(_gone(pid) for pid in pids), pids  # sh and its sleep: nothing outlives the run
     assert (tmp_path / "status").read_text().strip() == "Failed"  # as `argo stop`
-    failures = json.loads((tmp_path / "failures").read_text())
+    failures = json.loads(json.loads((tmp_path / "failures").read_text()))  # Argo quotes it
     assert [(f["displayName"], f["message"]) for f in failures] == [("slow", STOPPED)]
     state = state_of(tmp_path / "runs" / "stopped")
     assert state["tasks"]["quick"]["state"] == "Succeeded"
@@ -163,6 +163,12 @@ def test_previous_signal_handlers_are_restored(tmp_path: Path) -> None:
     [
         (json.dumps([{"displayName": "train", "message": STOPPED}]), True),
         (json.dumps([{"displayName": "train", "message": "exit code 1"}]), False),
+        # As Argo v4.0.5 hands it over (operator.go: json.Marshal, then strconv.Quote),
+        # which the plain reading took for a string and failed on.
+        (json.dumps(json.dumps([{"displayName": "train", "message": STOPPED}])), True),
+        (json.dumps(json.dumps([{"displayName": "train", "message": "exit code 1"}])), False),
+        ('"null"', False),
+        ('"[1, 2]"', False),
         ("null", False),
         ("", False),
         ("not json", False),

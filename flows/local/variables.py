@@ -35,14 +35,32 @@ def start_globals(manifest: dict[str, Any], name: str) -> dict[str, str]:
 
 
 def failures_json(records: Iterable[TaskRecord]) -> str:
-    """``{{workflow.failures}}``: every failed node, as Argo lists them."""
-    return json.dumps(
-        [
-            {"displayName": r.name, "message": r.message, "templateName": r.template,
-             "phase": r.state.value, "podName": r.name, "finishedAt": _rfc3339(r.finished)}
-            for r in records if r.state.failed
-        ]
-    )  # fmt: skip
+    """``{{workflow.failures}}`` as argo-workflows v4.0.5 sets it once the entrypoint ends
+    (workflow/controller/operator.go): the Failed and Errored nodes as ``failedNodeStatus``
+    (displayName, message, templateName, phase, podName, finishedAt), ``json.Marshal``-ed
+    (``null`` when there are none), then ``strconv.Quote``-d "so that the escaped quotes
+    are not removed during parameter substitution". A consumer therefore reads a JSON
+    string that holds the JSON list, and must decode twice."""
+    failed = [
+        {"displayName": r.name, "message": r.message, "templateName": r.template,
+         "phase": r.state.value, "podName": r.name, "finishedAt": _rfc3339(r.finished)}
+        for r in records if r.state.failed
+    ]  # fmt: skip
+    return go_quote(go_json(failed or None))
+
+
+def go_json(value: Any) -> str:
+    """Go's ``json.Marshal`` of plain data: compact, UTF-8 kept, and ``<``, ``>``, ``&``
+    escaped as it escapes them for HTML."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def go_quote(text: str) -> str:
+    """Go's ``strconv.Quote`` of ``text``: double quotes around it, ``"`` and ``\\``
+    escaped, printable Unicode kept (control characters take JSON's escapes here, where Go
+    writes some as ``\\x..``; nothing Argo quotes this way holds them)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 PARAMETER_FIELDS = ("name", "default", "value", "valueFrom", "globalName", "enum", "description")

@@ -13,6 +13,13 @@ from flows.manifests.names import APP
 from flows.manifests.pod import DATA_VOLUME, OUTPUTS_DIR, container_security, pod_env
 from steps.common.config import PipelineConfig
 
+# A step's exit 2 is a user error (steps/common/step_cli.py): the same parameters fail the
+# same way, so a retry only delays the one line that says what to change (an unreachable
+# data source among them). Argo v4.0.5 workflow/controller/operator.go processNodeRetries
+# evaluates the expression after each failed attempt and fails the node when it is false;
+# buildRetryStrategyLocalScope gives lastRetry.exitCode as a string ("-1" for a pod that
+# never exited, which is retried), hence asInt as in Argo's examples/retry-conditional.yaml.
+NOT_A_USER_ERROR = "asInt(lastRetry.exitCode) != 2"
 TRACKING_DEADLINE_S = 600
 TRACKING_RESOURCES = m.ResourceRequirements(
     requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}
@@ -66,6 +73,7 @@ def container_step(
             limit=c.retry_limit,
             retry_policy="Always",
             backoff=m.Backoff(duration=c.retry_backoff, factor=2),
+            expression=NOT_A_USER_ERROR,
         ),
         active_deadline_seconds=deadline,
         labels={f"{APP}/step": name},

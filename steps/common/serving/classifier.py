@@ -12,6 +12,7 @@ it loads).
 """
 
 import json
+import warnings
 from pathlib import Path
 
 import mlflow
@@ -21,6 +22,11 @@ import runners  # from the model's code_paths, not the steps package
 import strict_input
 from mlflow.exceptions import MlflowException
 from mlflow.types import TensorSpec
+
+# MLflow warns, in yellow escape codes whatever the output is, at the class below: its
+# predict has no type hints, on purpose (strict_input checks the pixels instead of MLflow's
+# validation). Every log of a process that loads the model would hold the warning.
+warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
 
 SHAPE = (32, 32, 3)
 EXPECTED = "uint8 RGB images of shape (-1, 32, 32, 3), whole numbers 0..255"

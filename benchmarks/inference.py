@@ -1,7 +1,7 @@
 """Inference latency of every shipped variant beside its peers, on this machine.
 
     python benchmarks/inference.py [--model URI --dataset URI] [--threads 2]
-        [--set section.field=value ...]
+        [--set section.field=value ...] [--quick]
 
 Runs the optimize step in process (MLflow off), then times eager, every shipped variant
 and two peers on the same ONNX file as a user would run them (plain ONNX Runtime with
@@ -11,7 +11,8 @@ calls) at batch 1/8/64/256. Prints each one's top-1 agreement with eager on the 
 p50, and its ratio to eager and to the best peer. Without ``--model`` it stages a synthetic
 dataset and trains a ResNet-9 for ``--train-steps`` SGD steps (enough for its logits to
 carry signal; its accuracy is not the point). Overrides apply to optimize and benchmark,
-e.g. ``--set benchmark.time_budget_s=5``.
+e.g. ``--set benchmark.time_budget_s=5``. ``--quick``: a dry run in seconds (``QUICK``), the
+test suite's.
 """
 
 from __future__ import annotations
@@ -45,6 +46,19 @@ from steps.common.trained_model import (  # noqa: E402
 )
 from steps.optimize import step as optimize  # noqa: E402
 from steps.stage_data.stage import parse_source, stage_dataset  # noqa: E402
+
+# --quick: every code path (a variant built and gated, the peers, the alternating rounds, the
+# table) in seconds on a ResNet-9 of width 8 trained one step; the numbers mean nothing.
+QUICK = [
+    "optimize.variants=[onnx]",
+    "optimize.int8=false",
+    "benchmark.batch_sizes=[1, 8]",
+    "benchmark.warmup_iters=1",
+    "benchmark.warmup_s=0.01",
+    "benchmark.min_iters=2",
+    "benchmark.time_budget_s=0.02",
+    "benchmark.rounds=1",
+]
 
 
 def untrained_model(tmp: Path, width: int) -> tuple[str, str]:
@@ -163,12 +177,16 @@ def main() -> None:
     parser.add_argument("--train-steps", type=int, default=60, help="default model's SGD steps")
     parser.add_argument("--threads", type=int, default=2, help="torch, ORT, OpenVINO threads")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--quick", action="store_true", help="a dry run: " + ", ".join(QUICK))
     args = parser.parse_args()
+    if args.quick:
+        args.width, args.train_steps = 8, 1
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     torch.set_num_threads(args.threads)
     overrides = [
         "benchmark.batch_sizes=[1, 8, 64, 256]",
         f"optimize.cpu_threads={args.threads}",
+        *(QUICK if args.quick else []),
         *args.overrides,
         "tracking.enabled=false",
     ]

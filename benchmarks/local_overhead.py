@@ -2,6 +2,7 @@
 and the runner's own per-task cost on no-op tasks.
 
     python benchmarks/local_overhead.py [--config configs/smoke.yaml] [--noop-tasks 20]
+                                        [--run-dir runs/NAME] [--quick]
 
 1. Runs ``python flows/cifar.py --config configs/smoke.yaml`` in a scratch directory (a
    fresh memo cache, so staging runs) and reads its ``state.json``. Per task, from the
@@ -18,6 +19,11 @@ and the runner's own per-task cost on no-op tasks.
    (200) no-op tasks side by side and a ``--chain`` (50) deep chain: per task, the wall
    time and the runner's own CPU time (its threads, not the tasks' processes); target
    < 10 ms per task. ``--noop-only`` prints just these.
+
+``--run-dir runs/<name>`` reads an earlier local run instead of running the smoke pipeline
+(its wall time is then the runner's, first task start to last end); tasks that never
+started (Skipped, Omitted) are named, not timed. ``--quick`` takes 5 no-op tasks a shape:
+with ``--run-dir``, a dry run of every code path in seconds (the test suite's).
 """
 
 from __future__ import annotations
@@ -109,56 +115,99 @@ def print_noop(console: Console, scratch: Path, fanout: int, chain: int) -> None
         )  # fmt: skip
 
 
-def main() -> None:
+NEVER_RAN = ("Skipped", "Omitted")  # no process: a when that was false, a depends not met
+# The pipeline's chain after its two first tasks (create-run and stage, side by side); the
+# exit handler is a DAG (no process of its own): its close-run is on the path.
+CHAIN = ("train", "optimize", "benchmark", "deploy", "serve-check", "onExit.close-run")
+
+
+def state_of(run_dir: Path) -> tuple[float, dict]:
+    """An earlier run's state.json; its wall time as the runner saw it (first start to last
+    end: the CLI's own start is not in it)."""
+    state = json.loads((run_dir / "state.json").read_text())
+    records = [
+        *state["tasks"].values(),
+        *([state["exit_handler"]] * bool(state.get("exit_handler"))),
+    ]
+    started = [r["started"] for r in records if r.get("started")]
+    finished = [r["finished"] for r in records if r.get("finished")]
+    return max(finished) - min(started), state
+
+
+def print_overhead(console: Console, title: str, wall: float, state: dict, run_dir: Path) -> None:
+    """Per task, the runner's view against the step's own report; the critical path."""
+    table = Table(title=f"{title}: wall {wall:.1f} s")
+    columns = ("task", "runner-seen", "process", "start-up", "work", "teardown", "runner")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "task" else "right")
+    records = dict(state["tasks"])
+    if state.get("exit_handler"):
+        records["onExit"] = state["exit_handler"]
+    spans: dict[str, tuple[float, float, float, float]] = {}  # seen, process, start-up, work
+    never = []
+    for name, record in records.items():
+        if record["state"] in NEVER_RAN or record.get("started") is None:
+            never.append(name)
+            continue
+        seen, process = record["finished"] - record["started"], record["process_seconds"]
+        work, startup = step_seconds(run_dir / "tasks" / name) or (0.0, 0.0)
+        spans[name] = (seen, process, startup, work)
+        teardown = process - startup - work
+        cells = [seen, process, startup, work, teardown, seen - process]
+        table.add_row(name, *(f"{c:.2f}" for c in cells))
+    console.print(table)
+    if never:
+        console.print(f"never started (Skipped or Omitted): {', '.join(never)}")
+    # create-run and stage run side by side: the critical path takes the longer one.
+    firsts = sorted((n for n in ("create-run", "stage") if n in spans), key=lambda n: spans[n][0])
+    path = [*firsts[-1:], *(n for n in CHAIN if n in spans)]
+    seen, process, startup, work = (sum(spans[n][i] for n in path) for i in range(4))
+    console.print(f"critical path: {' -> '.join(path)}; seconds on it:")
+    for label, inner in (
+        ("the steps' processes (spawn to exit)", process),
+        ("the steps' reported start-up + work", startup + work),
+        ("the steps' reported work alone", work),
+    ):
+        console.print(
+            f"  wall {wall:.1f} - {label} {inner:.1f} = {wall - inner:.1f} s "
+            f"({(wall - inner) / wall:.1%} of wall)"
+        )
+    console.print(
+        f"local runner's overhead (first line; target <= 10% of wall): around the tasks "
+        f"{seen - process:.1f} s, the CLI's start, scheduling and summary "
+        f"{wall - seen:.1f} s"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(REPO_ROOT / "configs" / "smoke.yaml"))
     parser.add_argument("--noop-tasks", type=int, default=20)
     parser.add_argument("--fanout", type=int, default=200, help="no-op tasks side by side")
     parser.add_argument("--chain", type=int, default=50, help="no-op tasks one after another")
     parser.add_argument("--noop-only", action="store_true", help="skip the smoke pipeline")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--run-dir", type=Path, help="read an earlier run's runs/<name> instead of running one"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a dry run: 5 no-op tasks a shape (with --run-dir)"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.fanout = args.chain = args.noop_tasks = 5
     console = Console(soft_wrap=True)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         print_noop(console, scratch, args.fanout, args.chain)
         if args.noop_only:
             return
-        wall, state, run_dir = pipeline_run(args.config, scratch)
-        table = Table(title=f"smoke pipeline, {Path(args.config).name}: wall {wall:.1f} s")
-        columns = ("task", "runner-seen", "process", "start-up", "work", "teardown", "runner")
-        for column in columns:
-            table.add_column(column, justify="left" if column == "task" else "right")
-        records = dict(state["tasks"])
-        if state.get("exit_handler"):
-            records["onExit"] = state["exit_handler"]
-        spans: dict[str, tuple[float, float, float, float]] = {}  # seen, process, start-up, work
-        for name, record in records.items():
-            seen, process = record["finished"] - record["started"], record["process_seconds"]
-            work, startup = step_seconds(run_dir / "tasks" / name) or (0.0, 0.0)
-            spans[name] = (seen, process, startup, work)
-            teardown = process - startup - work
-            cells = [seen, process, startup, work, teardown, seen - process]
-            table.add_row(name, *(f"{c:.2f}" for c in cells))
-        console.print(table)
-        # create-run and stage run side by side: the critical path takes the longer one.
-        first = max(("create-run", "stage"), key=lambda n: spans[n][0])
-        path = [first, "train", "optimize", "benchmark", *(["onExit"] if "onExit" in spans else [])]
-        seen, process, startup, work = (sum(spans[n][i] for n in path) for i in range(4))
-        console.print(f"critical path: {' -> '.join(path)}; seconds on it:")
-        for label, inner in (
-            ("the steps' processes (spawn to exit)", process),
-            ("the steps' reported start-up + work", startup + work),
-            ("the steps' reported work alone", work),
-        ):
-            console.print(
-                f"  wall {wall:.1f} - {label} {inner:.1f} = {wall - inner:.1f} s "
-                f"({(wall - inner) / wall:.1%} of wall)"
-            )
-        console.print(
-            f"local runner's overhead (first line; target <= 10% of wall): around the tasks "
-            f"{seen - process:.1f} s, the CLI's start, scheduling and summary "
-            f"{wall - seen:.1f} s"
-        )
+        if args.run_dir:
+            wall, state = state_of(args.run_dir)
+            print_overhead(console, f"run {args.run_dir.name}", wall, state, args.run_dir)
+        else:
+            wall, state, run_dir = pipeline_run(args.config, scratch)
+            title = f"smoke pipeline, {Path(args.config).name}"
+            print_overhead(console, title, wall, state, run_dir)
         noop = noop_chain(args.noop_tasks, scratch)
         console.print(
             f"runner's own cost: {args.noop_tasks} chained no-op tasks in {noop:.2f} s = "

@@ -1,11 +1,12 @@
 """Staging throughput against a local SeaweedFS S3, beside a plain boto3 upload.
 
-    python benchmarks/stage_throughput.py [--images 50000] [--repeats 3]
+    python benchmarks/stage_throughput.py [--images 50000] [--repeats 3] [--quick]
 
 Stages a CIFAR-sized synthetic dataset (50,000 + 10,000 images, ~180 MB) with our step,
 and uploads the very same .npy bytes with a plain ``boto3 upload_file`` each, alternating
 in one process; then times a repeated (no-op) staging, in-process and as a CLI run.
-Prints medians and the ratio ours / plain for the upload phase.
+Prints medians and the ratio ours / plain for the upload phase. ``--quick``: every code
+path in seconds on 500 images, once (the test suite's dry run; the numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=50_000, help="training images")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="a dry run: 500 images, once")
     args = parser.parse_args()
+    if args.quick:
+        args.images, args.repeats = 500, 1
     console = Console(stderr=True, soft_wrap=True)
     quiet = Console(file=open(os.devnull, "w"))  # noqa: SIM115
 

@@ -2,6 +2,7 @@
 
     python benchmarks/train_throughput.py [--images N] [--repeats R] [--threads T]
                                           [--resnet-images N] [--compile] [--markdown]
+                                          [--quick]
 
 Both loops run in this process on the same CIFAR-shaped uint8 data (N x 32 x 32 x 3):
 
@@ -16,7 +17,8 @@ Both loops run in this process on the same CIFAR-shaped uint8 data (N x 32 x 32 
   bf16 only where the CPU has native BF16; the row the default takes here says so).
 
 Each figure is the median of ``--repeats`` timed epochs after one untimed warm-up epoch;
-on a GPU the timing uses CUDA events around the epoch.
+on a GPU the timing uses CUDA events around the epoch. ``--quick``: every loop in seconds
+on 256 images (the test suite's dry run; the numbers mean nothing).
 """
 
 from __future__ import annotations
@@ -123,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--compile", action="store_true", help="torch.compile our models")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    parser.add_argument(
+        "--quick", action="store_true", help="a dry run: 256 images (64 for ResNet-9), 1 epoch"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.images, args.resnet_images, args.repeats = 256, 64, 1
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

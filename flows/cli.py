@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import yaml
 
-from flows import argo_server, parameters, submit
+from flows import argo_server, hints, parameters, reachable, submit
 from flows.manifests import trainjob
 from flows.manifests.names import FlowError, labels
 from steps.common.config import (
@@ -119,6 +119,11 @@ def check_options(args: argparse.Namespace) -> None:
         raise UsageError("--wait follows one workflow; a CronWorkflow starts one per schedule")
     if args.resume and (args.render or args.submit):
         raise UsageError("--resume continues a local run: drop --render/--submit")
+    if args.resume and (args.config or args.overrides or args.parameters):
+        raise UsageError(
+            "--resume continues a run with the config and parameters it started with: drop "
+            "--config/--set/-p, or start a new run with them (without --resume)"
+        )
 
 
 def localize(cfg: PipelineConfig, cwd: Path | None = None) -> PipelineConfig:
@@ -137,17 +142,6 @@ def localize(cfg: PipelineConfig, cwd: Path | None = None) -> PipelineConfig:
             "tracking": cfg.tracking.model_copy(update={"uri": uri}),
         }
     )
-
-
-def mlflow_hint(cfg: PipelineConfig) -> str:
-    """How to look at the run afterwards."""
-    uri = cfg.tracking.uri
-    if uri.startswith(("sqlite:", "file:")) or "://" not in uri:
-        return (
-            f"Open MLflow with: mlflow ui --backend-store-uri {uri}  "
-            "(then the mlflow-run-url above, on http://127.0.0.1:5000)"
-        )
-    return f"MLflow: {cfg.tracking.ui_url or uri}"
 
 
 def run_here(
@@ -169,16 +163,16 @@ def run_here(
         )
     base, cfg = localize(base), localize(given)
     check_local_source(cfg)
+    if args.resume is None:  # a resumed run keeps its own source
+        reachable.check_download(cfg)
     revision = git_revision()
-    code = run_local(
+    return run_local(
         pipeline.build_submission(base, values, git_revision=revision),
         workflow_templates=[pipeline.build_template(base, git_revision=revision).to_dict()],
         parameters=values,
         resume=args.resume,
+        closing=lambda runner, result: hints.after_run(args, cfg, runner, result),
     )
-    if args.resume is None:  # a resumed run's config is in its state; its run link above
-        print(mlflow_hint(cfg), file=sys.stderr)
-    return code
 
 
 def check_local_source(cfg: PipelineConfig) -> None:
@@ -268,8 +262,12 @@ def serve(argv: list[str]) -> int:
     """``python flows/cifar.py serve``: the server in the foreground, its exit code."""
     args = build_serve_parser().parse_args(argv)
     try:
-        command, env = serve_command(args, load_config(args.config, args.overrides))
-    except ConfigError as exc:
+        cfg = load_config(args.config, args.overrides)
+        command, env = serve_command(args, cfg)
+        missing = None if args.model else hints.missing_champion(localize(cfg), args)
+        if missing:
+            raise UsageError(missing)
+    except (ConfigError, UsageError) as exc:
         if args.debug:
             raise
         print(f"cifar: error: {exc}", file=sys.stderr)
@@ -300,7 +298,9 @@ def main(argv: list[str], pipeline: Pipeline) -> int:
     except (UsageError, ConfigError, FlowError) as exc:
         if args.debug:
             raise
-        print(f"cifar: error: {exc}", file=sys.stderr)
+        print(
+            f"cifar: error: {parameters.in_user_terms(str(exc), args.parameters)}", file=sys.stderr
+        )
         return 2
     except argo_server.SubmitError as exc:
         if args.debug:

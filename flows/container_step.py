@@ -13,6 +13,13 @@ from flows.manifests.names import APP
 from flows.manifests.pod import DATA_VOLUME, OUTPUTS_DIR, container_security, pod_env
 from steps.common.config import PipelineConfig
 
+# A step's exit 2 is a user error (steps/common/step_cli.py): the same parameters fail the
+# same way, so a retry only delays the one line that says what to change (an unreachable
+# data source among them). Argo v4.0.5 workflow/controller/operator.go processNodeRetries
+# evaluates the expression after each failed attempt and fails the node when it is false;
+# buildRetryStrategyLocalScope gives lastRetry.exitCode as a string ("-1" for a pod that
+# never exited, which is retried): retry_expression compares it with the codes as strings.
+USER_ERROR_EXIT = 2
 TRACKING_DEADLINE_S = 600
 TRACKING_RESOURCES = m.ResourceRequirements(
     requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}
@@ -36,9 +43,9 @@ def container_step(
 ) -> Container:
     """A container template running one step's CLI (``python -m <module> <args>``) in its
     versioned image; ``tracking``: a small MLflow bookkeeping step. A fault is retried
-    (``cluster.retry_limit``, backoff doubling), whatever ended the attempt, except an
-    exit with one of ``final_exit_codes``: the step's verdict, which a retry would only
-    repeat or, worse, overturn (``retry_expression``)."""
+    (``cluster.retry_limit``, backoff doubling), whatever ended the attempt, except a user
+    error (exit 2) or an exit with one of ``final_exit_codes``: the step's verdict, which a
+    retry would only repeat or, worse, overturn (``retry_expression``)."""
     c = cfg.cluster
     if tracking:
         resources, deadline = TRACKING_RESOURCES, TRACKING_DEADLINE_S
@@ -70,7 +77,7 @@ def container_step(
             limit=c.retry_limit,
             retry_policy="Always",
             backoff=m.Backoff(duration=c.retry_backoff, factor=2),
-            expression=retry_expression(final_exit_codes),
+            expression=retry_expression((USER_ERROR_EXIT, *final_exit_codes)),
         ),
         active_deadline_seconds=deadline,
         labels={f"{APP}/step": name},
@@ -87,7 +94,7 @@ def retry_expression(final_exit_codes: Sequence[int]) -> str | None:
     Always`` a pod's Error is retried too."""
     if not final_exit_codes:
         return None
-    codes = ", ".join(f"'{code}'" for code in final_exit_codes)
+    codes = ", ".join(f"'{code}'" for code in sorted(set(final_exit_codes)))
     return f"!(lastRetry.exitCode in [{codes}])"
 
 

@@ -10,6 +10,7 @@ is checked first as the ``--set`` of its field (``as_overrides``).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +84,9 @@ def parse(assignments: Iterable[str]) -> dict[str, str]:
         if not sep or not name:
             raise FlowError(f"-p {item}: give name=value; parameters: {known}")
         if name not in BY_NAME:
-            raise FlowError(f"-p {name}: unknown parameter; parameters: {known}")
+            near = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.6)
+            guess = f"did you mean {near[0]}? " if near else ""
+            raise FlowError(f"-p {name}: unknown parameter; {guess}parameters: {known}")
         values[name] = value
     return values
 
@@ -92,6 +95,16 @@ def as_overrides(values: Mapping[str, str]) -> list[str]:
     """The ``--set`` overrides that give the config these parameter values: how a local run
     applies ``-p``, and how a submission checks a value before Argo sees it."""
     return [f"{BY_NAME[name].field}={value}" for name, value in values.items()]
+
+
+def in_user_terms(message: str, assignments: Iterable[str]) -> str:
+    """A config error about a ``-p`` value as the user typed it: ``-p epochs=0``, not the
+    ``--set train.epochs=0`` it was checked as."""
+    for item in assignments:
+        name, _, value = item.partition("=")
+        if name in BY_NAME:
+            message = message.replace(f"--set {BY_NAME[name].field}={value}:", f"-p {item}:")
+    return message
 
 
 def step_settings(cfg: PipelineConfig) -> list[str]:

@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import mlflow
@@ -37,6 +38,8 @@ PICTURES = {
     "confusion_matrix.png": "plots/confusion_matrix.png",
     "benchmark.png": "benchmark/benchmark.png",
 }
+NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI
+STOPPED = "**Stopped**"  # the description's line for a local endpoint gone with its run
 # Argo's {{workflow.status}} -> MLflow run status; phases other than these end as KILLED.
 ARGO_TO_MLFLOW = {
     "Succeeded": "FINISHED",
@@ -150,11 +153,34 @@ def end_pipeline_run(
         client.set_tag(run_id, "argo.status", argo_status)
         if argo_url:
             client.set_tag(run_id, "argo.workflow_url", argo_url)
+        tags = client.get_run(run_id).data.tags
+        if is_loopback(tags.get("serving.url", "")):
+            note = stopped_note(tags.get(NOTE_TAG, ""), tags["serving.url"])
+            client.set_tag(run_id, NOTE_TAG, note)
         with contextlib.redirect_stdout(sys.stderr):
             client.set_terminated(run_id, status=status)
     except MlflowException as exc:
         raise TrackingError(f"cannot end run {run_id}: {exc.message}") from None
     return status
+
+
+def is_loopback(url: str) -> bool:
+    """A URL on this machine: a local run's InferenceService (a cluster's never is)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def stopped_note(note: str, url: str) -> str:
+    """The run's description with one line saying that its endpoint is gone: a local run
+    stops its InferenceService when it ends, and the URL above it no longer answers."""
+    kept = [line for line in note.splitlines() if not line.startswith(STOPPED)]
+    while kept and not kept[-1].strip():
+        kept.pop()
+    line = (
+        f"{STOPPED} `{url}` was this local run's server: it stopped when the run ended "
+        "(`flows/cifar.py serve` serves the champion again)"
+    )
+    return "\n".join([*kept, "", line]) if kept else line
 
 
 def copy_pictures(run_id: str, directory: Path) -> list[str]:

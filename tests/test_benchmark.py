@@ -19,7 +19,7 @@ import torch
 
 from steps.benchmark import step as benchmark
 from steps.benchmark.registry import decide, previous_version
-from steps.benchmark.report import plot_figure
+from steps.benchmark.report import plot_figure, registry_line
 from steps.common.config import ConfigError, PipelineConfig
 from steps.common.models import build_model
 from steps.common.trained_model import InputError
@@ -174,7 +174,7 @@ CPU = "cpu-a (2 threads)"
 @pytest.mark.parametrize(
     ("challenger", "champion", "promoted", "reason"),
     [
-        ((0.90, 5.0, CPU), None, True, "no champion yet"),
+        ((0.90, 5.0, CPU), None, True, "^first champion$"),
         ((0.92, 5.0, CPU), (0.90, 5.0, CPU), True, r"accuracy 0\.9200 >= 0\.8980"),
         ((0.899, 5.0, CPU), (0.90, 5.0, CPU), True, r"accuracy 0\.8990 >= 0\.8980"),
         ((0.89, 5.0, CPU), (0.90, 5.0, CPU), False, r"accuracy 0\.8900 < 0\.8980"),
@@ -200,6 +200,29 @@ def test_promotion_decision(challenger, champion, promoted: bool, reason: str) -
     decision = decide(side(challenger), side(champion, "3") if champion else None, cfg)
     assert decision["promoted"] is promoted
     assert re.search(reason, decision["reason"])
+
+
+@pytest.mark.parametrize(
+    ("promotion", "line"),
+    [
+        (
+            {"promoted": True, "version": "1", "reason": "first champion"},
+            "promoted: v1 (first champion)",
+        ),
+        (
+            {"promoted": False, "version": "4", "reason": "accuracy 0.8900 < 0.8980"},
+            "not promoted: v4 (accuracy 0.8900 < 0.8980)",
+        ),
+        (
+            {"promoted": False, "reason": "MLflow tracking off: nothing registered"},
+            "not promoted: MLflow tracking off: nothing registered",
+        ),
+    ],
+    ids=["first", "kept", "untracked"],
+)
+def test_the_registry_line_names_the_version(promotion: dict, line: str) -> None:
+    """What the report and the run's description say: the version, then why."""
+    assert registry_line(promotion) == line
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,9 @@ def test_no_mode_flag_runs_the_workflow_locally(monkeypatch) -> None:
     # what --submit runs: a Workflow of the WorkflowTemplate, -p values as its arguments
     # (--set in the template's defaults, -p in the run's parameters: the manifest is all)
     assert wf["kind"] == "Workflow" and wf["spec"]["workflowTemplateRef"] == {"name": APP}
-    assert set(kw) == {"workflow_templates", "parameters", "resume"} and kw["resume"] is None
+    # closing: the CLI's lines after the run (flows/hints.py), as tests/test_first_hour.py runs
+    assert set(kw) == {"workflow_templates", "parameters", "resume", "closing"}
+    assert kw["resume"] is None
     assert kw["parameters"] == {"lr": "0.5"}
     ((template,),) = [kw["workflow_templates"]]
     assert template["kind"] == "WorkflowTemplate" and template["metadata"]["name"] == APP

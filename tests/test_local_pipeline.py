@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,12 +82,26 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     # not succeed (issue 30): here it never ran, so there is no job to delete
     assert state["exit_handler"]["state"] == "Succeeded"
     assert state["tasks"]["onExit.delete-train-job"]["state"] == "Skipped"
-    assert f"--resume runs/{run_dir.name}" in failed.stderr
+    # a fault, not a user error (exit 1): --resume is offered, with this interpreter
+    resume = f"{sys.executable} {REPO_ROOT / 'flows' / 'cifar.py'} --resume runs/{run_dir.name}"
+    assert f"Continue after a fix with: {resume}\n" in failed.stderr
 
-    # 2. Finish the upload and resume: the MLflow run is kept, staging and the rest run.
+    # 2. Finish the upload and resume, as printed, from a shell without the venv on PATH: the
+    # MLflow run is kept, staging and the rest run.
     tarball.write_bytes(whole)
-    resumed = cifar(["--resume", str(run_dir)], cwd, env)
+    resumed = subprocess.run(
+        ["/bin/sh", "-c", resume],
+        cwd=cwd,
+        env={**env, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # what to do next names the config the run started with, not the default one
+    assert f"serve --config {REPO_ROOT / 'configs' / 'smoke.yaml'} --set " in resumed.stderr
+    for log in (run_dir / "logs").iterdir():
+        assert "\x1b" not in log.read_text(errors="replace"), log  # no colour codes
     state = state_of(run_dir)
     assert {t: state["tasks"][t]["state"] for t in STEPS} == dict.fromkeys(STEPS, "Succeeded")
     assert state["tasks"]["create-run"]["message"] == "kept from the earlier run"
@@ -115,6 +130,9 @@ def test_failed_step_then_resume_then_a_memoized_second_run(pipeline, tmp_path: 
     served = float(state["tasks"]["serve-check"]["outputs"]["accuracy"])  # 6 digits
     assert metrics["serving/accuracy"] == pytest.approx(served, abs=1e-6)
     assert run.data.tags["serving.url"] == service["url"]
+    note = run.data.tags["mlflow.note.content"]
+    assert re.search(r"\*\*Registry\*\* promoted: v\d+ \((first champion|accuracy)", note), note
+    assert f"**Stopped** `{service['url']}` was this local run's server" in note
     # Each step reports its work and its start-up (benchmarks/local_overhead.py reads both).
     assert state["exit_handler"]["state"] == "Succeeded"
     assert state["tasks"]["onExit.delete-train-job"]["state"] == "Skipped"  # it Succeeded

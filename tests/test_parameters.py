@@ -34,11 +34,18 @@ def test_parse_keeps_values_with_equals_signs() -> None:
     ("argv", "match"),
     [
         pytest.param(
-            ["-p", "epochz=3"], rf"-p epochz: unknown parameter; parameters: {KNOWN}$", id="unknown"
+            ["-p", "epochz=3"],
+            rf"-p epochz: unknown parameter; did you mean epochs\? parameters: {KNOWN}$",
+            id="unknown",
         ),
         pytest.param(["-p", "epochs"], r"-p epochs: give name=value", id="no-value"),
-        pytest.param(["-p", "epochs=0"], r"train\.epochs", id="bad-value"),
-        pytest.param(["-p", "model=vgg"], r"train\.model", id="bad-choice"),
+        # reported as typed, -p, with the field it stands for
+        pytest.param(
+            ["-p", "epochs=0"], r"^cifar: error: -p epochs=0: train\.epochs", id="bad-value"
+        ),
+        pytest.param(
+            ["-p", "model=vgg"], r"^cifar: error: -p model=vgg: train\.model", id="bad-choice"
+        ),
         pytest.param(
             ["-p", "nproc-per-node=4", "-p", "gpus-per-node=2"],
             r"train\.nproc_per_node 4 > cluster\.gpus_per_node 2",

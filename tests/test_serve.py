@@ -494,10 +494,20 @@ def test_flow_serve_runs_the_registrys_champion_in_the_foreground(
         assert match, line
         url = match.group(1)
         curl = process.stdout.readline()  # type: ignore[union-attr]
-        assert curl.startswith("try: python -c ") and f"{url}/invocations" in curl, curl
+        assert curl.startswith("try: python3 -c ") and f"{url}/invocations" in curl, curl
         with ServingClient(url) as client:
             client.wait_ready(120)
             assert len(client.classes(images[:3])) == 3
+        # the line runs as printed from a shell without the virtual environment on PATH
+        pasted = subprocess.run(
+            ["/bin/sh", "-c", curl.removeprefix("try: ")],
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert pasted.returncode == 0, pasted.stderr
+        assert len(json.loads(pasted.stdout)["predictions"]) == 1, pasted.stdout
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
     finally:

@@ -365,14 +365,28 @@ def test_s3_server_killed_mid_upload_then_rerun_completes(
         server.stop()
 
 
-def test_offline_download_fails_at_once_and_names_the_alternatives(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("host", "says"),
+    [
+        pytest.param("cifar-mirror.invalid", "does not resolve", id="no-name-service"),
+        pytest.param("127.0.0.1:{port}", "refused the connection", id="connection-refused"),
+    ],
+)
+def test_offline_download_fails_at_once_and_names_the_alternatives(
+    host: str, says: str, tmp_path: Path
+) -> None:
+    """No network (no name service, or nothing listening): one line at once, exit 2 (the
+    config must name another source; the workflow's retryStrategy retries no exit 2)."""
+    url = f"http://{host.format(port=free_port())}/cifar-10-python.tar.gz"
+    started = time.monotonic()
     result = stage_cli(
-        "--source", "cifar10", "--dest", str(tmp_path / "root"),
-        "--set", "data.url=http://cifar-mirror.invalid/cifar-10-python.tar.gz",
+        "--source", "cifar10", "--dest", str(tmp_path / "root"), "--set", f"data.url={url}",
         env={"CIFAR_CACHE_DIR": str(tmp_path / "cache")},
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == 2, result.stderr
+    assert time.monotonic() - started < 30  # no backoff (the default: 2 + 4 + 8 + 16 s)
     line = result.stderr.strip().splitlines()[-1]
-    assert "after 1 attempt(s)" in line  # no name service: no retries with backoff
-    assert "offline?" in line and "--config configs/smoke.yaml" in line
-    assert "--set data.source=" in line
+    assert line.startswith(f"stage_data: error: cannot download {url}: "), line
+    assert says in line and "attempt" not in line, line
+    assert "configs/smoke.yaml" in line and "data.source=/path/to/cifar-10-python.tar.gz" in line
+    assert "python " not in line  # a command here would not run where a pod prints it

@@ -83,6 +83,38 @@ def test_end_maps_the_workflow_status(tracking_env, argo_status: str, mlflow_sta
     assert ended.data.tags["argo.workflow_url"] == url
 
 
+@pytest.mark.parametrize(
+    ("url", "stopped"),
+    [
+        ("http://127.0.0.1:41234", True),  # the local runner's InferenceService
+        ("http://cifar10-classifier.argo.svc.cluster.local", False),  # KServe's
+    ],
+    ids=["local", "cluster"],
+)
+def test_end_says_a_local_endpoint_stopped_with_the_run(tracking_env, url, stopped) -> None:
+    """A local run's endpoint goes with the run: its description says so once, however
+    often the run is closed (a --resume closes it again)."""
+    cfg = load_config(None, ["tracking.experiment=test-tracking-stopped"])
+    run = start_pipeline_run(cfg, "wf-served")
+    client = mlflow.MlflowClient(tracking_env.uri)
+    endpoint = f"**Endpoint** `{url}`: live check passed"
+    client.set_tag(run.run_id, "serving.url", url)
+    client.set_tag(run.run_id, "mlflow.note.content", f"**Test accuracy** 1.0\n\n{endpoint}")
+    for _ in range(2):
+        end_pipeline_run(cfg, run.run_id, "Succeeded")
+    note = client.get_run(run.run_id).data.tags["mlflow.note.content"]
+    lines = note.splitlines()
+    assert lines[:3] == ["**Test accuracy** 1.0", "", endpoint]
+    if stopped:
+        assert lines[3:] == [
+            "",
+            f"**Stopped** `{url}` was this local run's server: it stopped when the run ended "
+            "(`flows/cifar.py serve` serves the champion again)",
+        ]
+    else:
+        assert lines[3:] == []
+
+
 def test_end_cli_rejects_an_unknown_status(mlflow_server) -> None:
     ended = tracking_cli("end", "--run-id", "x", "--status", "Finished", server=mlflow_server)
     assert ended.returncode == 2

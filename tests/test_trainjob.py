@@ -312,7 +312,7 @@ def test_a_local_run_of_a_trainjob_config_runs_the_trainjob(monkeypatch, tmp_pat
     in tests/test_local_templates.py)."""
     seen = {}
 
-    def fake_run_local(workflow, *, workflow_templates, parameters, resume=None):
+    def fake_run_local(workflow, *, workflow_templates, parameters, resume=None, closing=None):
         seen.update(workflow=workflow.to_dict(), templates=workflow_templates)
         return 0
 

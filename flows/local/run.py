@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from flows.local.signals import as_stop
-from flows.local.view import LiveView, print_summary
+from flows.local.status import RunResult
+from flows.local.view import LiveView, print_summary, print_tasks
 from flows.local.workflow import LocalRunner
 
 
@@ -22,12 +24,16 @@ def run_local(
     cache_dir: Path | None = None,
     workflow_templates: list[dict[str, Any]] | None = None,
     parameters: dict[str, str] | None = None,
+    closing: Closing | None = None,
 ) -> int:
     """Run a Hera Workflow (or its manifest) here with live progress and a summary.
 
     Returns the exit status for the CLI: 0 succeeded, 1 failed, 130 / 143 / 129 stopped by
-    SIGINT / SIGTERM / SIGHUP. The manifest carries everything the run needs.
+    SIGINT / SIGTERM / SIGHUP. The manifest carries everything the run needs. ``closing``
+    gives the last lines (what to do next) from the runner and the result (None when a
+    signal stopped the run); by default, how to resume a run that did not succeed.
     """
+    closing = closing or resume_hint
     console = console or Console(stderr=True, soft_wrap=True)
     templates = workflow_templates or []
     view = LiveView(console)
@@ -50,12 +56,25 @@ def run_local(
             result = runner.run()
     except KeyboardInterrupt as exc:
         stop = as_stop(exc)
+        print_tasks(runner, console, f"workflow {runner.name}: stopped by {stop.signal_name}")
         console.print(
-            f"Stopped by {stop.signal_name} (as `argo stop`: workflow Failed, the exit handler "
-            f"ran); continue with: python flows/cifar.py --resume {runner.run_dir}"
+            f"Stopped by {stop.signal_name} (as `argo stop`: workflow Failed, the exit handler ran)"
         )
+        for line in closing(runner, None):
+            console.print(line, markup=False, highlight=False)
         return stop.exit_code
     print_summary(result, runner, console)
-    if result.status != "Succeeded":
-        console.print(f"Continue after a fix with: python flows/cifar.py --resume {runner.run_dir}")
+    for line in closing(runner, result):
+        console.print(line, markup=False, highlight=False)
     return 0 if result.status == "Succeeded" else 1
+
+
+Closing = Callable[[LocalRunner, "RunResult | None"], list[str]]
+
+
+def resume_hint(runner: LocalRunner, result: RunResult | None) -> list[str]:
+    """How to continue a run that did not succeed."""
+    if result is not None and result.status == "Succeeded":
+        return []
+    verb = "Continue it" if result is None else "Continue after a fix"
+    return [f"{verb} with: python flows/cifar.py --resume {runner.run_dir}"]

@@ -3,6 +3,7 @@ terminal, one line per state change elsewhere, and a summary at the end."""
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,18 +30,30 @@ STYLE = {
     TaskState.SKIPPED: "dim",
 }
 TAIL_LINES = 8
+# What libraries log at start-up, in a running task's panel only (its log keeps them): they
+# would push the step's own lines out of the panel's last few. MLflow's INFO records
+# ("2026/11/27 15:15:54 INFO mlflow.system_metrics...") and torch's note that a CPU machine
+# has no CUDA runtime ("W1127 15:15:58.998000 11183 torch/utils/cpp_extension.py:183] No
+# CUDA runtime is found").
+NOISE = re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d INFO mlflow\.|\] No CUDA runtime is found")
+# A task that never started, folded into one line per state and cause in the summary.
+FOLDED = (TaskState.OMITTED, TaskState.SKIPPED)
 
 
 def _records(runner: LocalRunner) -> list[TaskRecord]:
     return [*runner.tasks.values(), *([runner.exit_task] if runner.exit_task else [])]
 
 
-def task_table(runner: LocalRunner, title: str | None = None) -> Table:
+def task_table(runner: LocalRunner, title: str | None = None, fold: bool = False) -> Table:
+    """The task table; ``fold``: tasks that never started (Omitted, Skipped) left to
+    ``folded_lines``."""
     pending = f": Pending ({runner.message})" if runner.message else ""
     table = Table(title=title or f"workflow {runner.name}{pending}", title_justify="left")
     for column in ("task", "template", "state", "attempt", "seconds", "note"):
         table.add_column(column, justify="right" if column in ("attempt", "seconds") else "left")
     for record in _records(runner):
+        if fold and record.state in FOLDED:
+            continue
         table.add_row(
             record.name,
             record.template,
@@ -50,6 +63,20 @@ def task_table(runner: LocalRunner, title: str | None = None) -> Table:
             record.message,
         )
     return table
+
+
+def folded_lines(runner: LocalRunner) -> list[str]:
+    """One line per state and cause for the tasks that never started: ``7 Omitted (depends
+    condition not met): train, optimize, ...``."""
+    causes: dict[tuple[str, str], list[str]] = {}
+    for record in _records(runner):
+        if record.state in FOLDED:
+            cause = record.message.removeprefix("omitted: ") or "no reason given"
+            causes.setdefault((record.state.value, cause), []).append(record.name)
+    return [
+        f"{len(names)} {state} ({cause}): {', '.join(names)}"
+        for (state, cause), names in causes.items()
+    ]
 
 
 class LiveView:
@@ -65,8 +92,12 @@ class LiveView:
 
     def __enter__(self) -> LiveView:
         if self.console.is_terminal:
+            # transient: the summary's table replaces the live one, not printed below it
             self.live = Live(
-                console=self.console, refresh_per_second=4, get_renderable=self._render
+                console=self.console,
+                refresh_per_second=4,
+                get_renderable=self._render,
+                transient=True,
             )
             self.live.__enter__()
         return self
@@ -80,8 +111,11 @@ class LiveView:
             return ""
         parts: list[Any] = [task_table(self.runner)]
         for record in _records(self.runner):
-            if record.state is TaskState.RUNNING and record.tail:
-                text = "\n".join(list(record.tail)[-TAIL_LINES:])
+            if record.state is not TaskState.RUNNING:
+                continue
+            shown = [line for line in record.tail if not NOISE.search(line)]
+            if shown:
+                text = "\n".join(shown[-TAIL_LINES:])
                 parts.append(Panel(text, title=f"{record.name} log", title_align="left"))
         return Group(*parts)
 
@@ -105,12 +139,17 @@ class LiveView:
                     self.console.print(line, markup=False, highlight=False)
 
 
+def print_tasks(runner: LocalRunner, console: Console, title: str) -> None:
+    """The final task table (once: the live one is gone), tasks that never ran folded."""
+    console.print(task_table(runner, title=title, fold=True))
+    for line in folded_lines(runner):
+        console.print(line, markup=False, highlight=False)
+
+
 def print_summary(result: RunResult, runner: LocalRunner, console: Console) -> None:
     """The final table, the failed task's log tail, outputs and any Markdown report."""
-    console.print(
-        task_table(
-            runner, title=f"workflow {result.name}: {result.status} in {result.seconds:.1f} s"
-        )
+    print_tasks(
+        runner, console, f"workflow {result.name}: {result.status} in {result.seconds:.1f} s"
     )
     failed = result.failed_task
     if failed:
@@ -122,17 +161,20 @@ def print_summary(result: RunResult, runner: LocalRunner, console: Console) -> N
         )
         for line in list(failed.tail)[-20:] or ["(no output)"]:
             console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    services = runner.services.describe()
+    stopped = {s["url"] for s in services.values() if s["state"] == "Stopped"}
     outputs = Table("task", "output", "value", title="outputs", title_justify="left")
     for record in runner.tasks.values():
         for key, value in record.outputs.items():
             if len(value) <= 200 and "\n" not in value:
-                outputs.add_row(record.name, key, value)
+                note = " (stopped with the run)" if value in stopped else ""
+                outputs.add_row(record.name, key, value + note)
     if outputs.row_count:
         console.print(outputs)
     for key, value in runner.globals.items():  # whole, unwrapped: links to click or copy
         if key.startswith("workflow.outputs.parameters.") and "\n" not in value:
             console.print(f"{key.rsplit('.', 1)[-1]}: {value}", markup=False, highlight=False)
-    for name, service in runner.services.describe().items():  # stopped with the run
+    for name, service in services.items():  # stopped with the run
         console.print(
             f"InferenceService {name}: {service['url']} (task {service['task']}, "
             f"{service['state']} at the end of the run; log {service['log']})",

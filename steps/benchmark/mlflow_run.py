@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from steps.benchmark.report import registry_line
+
 STATS = ("p50_ms", "p90_ms", "p99_ms", "images_per_s", "peak_mem_mb")
 
 
@@ -58,8 +60,7 @@ def description(report: dict[str, Any], report_uri: str) -> str:
         "",
         f"**Fastest per batch size** {fastest}",
         "",
-        f"**Registry** {'promoted' if promotion['promoted'] else 'not promoted'}: "
-        f"{promotion['reason']}",
+        f"**Registry** {registry_line(promotion)}",
         "",
         f"- report: `{report_uri}` (also the `benchmark/` artifacts of this run)",
         f"- optimized variants: `{report['optimized_uri']}`",

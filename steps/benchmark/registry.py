@@ -50,7 +50,7 @@ def decide(
         "latency_margin": bench.latency_margin,
     }
     if champion is None:
-        return {**decision, "promoted": True, "reason": f"no {bench.alias} yet"}
+        return {**decision, "promoted": True, "reason": f"first {bench.alias}"}
     need_acc = champion["accuracy"] - bench.accuracy_margin
     acc_ok = challenger["accuracy"] >= need_acc
     reasons = [

@@ -15,6 +15,15 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 
+def registry_line(promotion: dict[str, Any]) -> str:
+    """The decision as the report and the run's description say it: ``promoted: v1 (first
+    champion)``, ``not promoted: v4 (accuracy ... < ...)``."""
+    outcome = "promoted" if promotion["promoted"] else "not promoted"
+    if not promotion.get("version"):
+        return f"{outcome}: {promotion['reason']}"
+    return f"{outcome}: v{promotion['version']} ({promotion['reason']})"
+
+
 def measured(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n: v for n, v in report["variants"].items() if v["status"] == "measured"}
 
@@ -67,7 +76,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "## Registry",
         "",
-        f"- {'promoted' if promotion['promoted'] else 'not promoted'}: {promotion['reason']}",
+        f"- {registry_line(promotion)}",
     ]
     if promotion.get("version"):
         lines.append(f"- `{promotion['registered_model']}` version {promotion['version']}")

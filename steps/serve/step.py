@@ -39,9 +39,10 @@ from steps.serve.batcher import Batcher
 from steps.serve.predictor import Predictor
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# A one-image request a user can paste: python writes the JSON, curl posts it.
+# A one-image request a user can paste: python3 writes the JSON, curl posts it (python3, not
+# python: a shell without a virtual environment has no python on PATH on many systems).
 CURL = (
-    "python -c 'import json; print(json.dumps({\"inputs\": [[[[0, 0, 0]] * 32] * 32]}))' | "
+    "python3 -c 'import json; print(json.dumps({\"inputs\": [[[[0, 0, 0]] * 32] * 32]}))' | "
     "curl -s -H 'Content-Type: application/json' --data-binary @- {url}/invocations"
 )
 

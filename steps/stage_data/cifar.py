@@ -14,6 +14,7 @@ import socket
 import tarfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import Callable
@@ -42,15 +43,22 @@ META_MEMBER = "batches.meta"
 SYNTHETIC_GENERATOR = "synthetic-v1"
 
 
+# In the config's terms, not as a command: this line is printed in a pod as well as here.
 OFFLINE_HINT = (
-    "run the pipeline on synthetic data (python flows/cifar.py --config configs/smoke.yaml), "
-    "or point it at a copy of the tarball (--set data.source=/path/to/cifar-10-python.tar.gz; "
-    "for this step alone: --source synthetic[:N] or --source PATH)"
+    "stage synthetic data instead (data.source=synthetic, as configs/smoke.yaml does) or a copy "
+    "of the tarball (data.source=/path/to/cifar-10-python.tar.gz; for this step alone: "
+    "--source synthetic[:N] or --source PATH)"
 )
 
 
 class DataError(RuntimeError):
     """A source could not be fetched or is not valid CIFAR-10 data; the message says why."""
+
+
+class SourceUnreachable(DataError):
+    """The source's host does not resolve or refuses the connection: no network from here,
+    which waiting does not change. A user error (exit 2): the config must name another
+    source, so neither the download nor the workflow retries it."""
 
 
 @dataclass(frozen=True)
@@ -101,9 +109,11 @@ def download(
     on_start: Callable[[int | None], Callable[[int], None]] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Fetch ``url`` to ``dest`` (via a temporary name), retrying with exponential backoff."""
+    """Fetch ``url`` to ``dest`` (via a temporary name), retrying with exponential backoff;
+    a host that does not resolve or refuses the connection is ``SourceUnreachable`` at once."""
     partial = dest.with_name(dest.name + ".part")
     last_error = ""
+    attempt = 0
     for attempt in range(retries + 1):
         if attempt:
             sleep(min(2.0**attempt, 30.0))
@@ -122,12 +132,24 @@ def download(
             reason = getattr(exc, "reason", None) or exc
             last_error = str(reason).splitlines()[0] if str(reason) else type(exc).__name__
             partial.unlink(missing_ok=True)
-            if isinstance(reason, socket.gaierror):
-                break  # no name service: offline, and waiting will not change that
-    raise DataError(
-        f"cannot download {url} after {attempt + 1} attempt(s) ({last_error}); offline? "
-        f"{OFFLINE_HINT}"
-    )
+            unreachable = unreachable_reason(reason)
+            if unreachable:  # offline or nothing there: waiting will not change that
+                host = urllib.parse.urlsplit(url).hostname
+                raise SourceUnreachable(
+                    f"cannot download {url}: {host} {unreachable} ({last_error}); no network? "
+                    f"{OFFLINE_HINT}"
+                ) from None
+    tries = f"{attempt + 1} attempts" if attempt else "1 attempt"
+    raise DataError(f"cannot download {url} after {tries} ({last_error}); {OFFLINE_HINT}")
+
+
+def unreachable_reason(reason: object) -> str | None:
+    """What a failed connection says of the host when no retry can succeed, else None."""
+    if isinstance(reason, socket.gaierror):
+        return "does not resolve"
+    if isinstance(reason, ConnectionRefusedError):
+        return "refused the connection"
+    return None
 
 
 class _ArrayUnpickler(pickle.Unpickler):

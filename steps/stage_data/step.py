@@ -24,6 +24,7 @@ from rich.console import Console
 from steps.common.config import load_config
 from steps.common.progress import human_mb
 from steps.common.step_cli import add_common, run_main, startup_seconds, write_outputs
+from steps.stage_data.cifar import SourceUnreachable
 from steps.stage_data.stage import StageResult, parse_source, stage_dataset
 
 
@@ -65,4 +66,5 @@ def run(args: argparse.Namespace, console: Console | None = None) -> StageResult
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main("stage_data", run, build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    return run_main("stage_data", run, args, user_errors=(SourceUnreachable,))

@@ -7,6 +7,7 @@ where the bad value came from (the file or the override), before anything runs;
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -110,12 +111,34 @@ def _validated(
         for err in exc.errors():
             loc = tuple(str(part) for part in err["loc"])
             origin = next(
-                (f"--set {text}" for keys, text in overridden.items() if loc[: len(keys)] == keys),
+                (
+                    f"--set {text}"
+                    for keys, text in overridden.items()
+                    if loc[: len(keys)] == keys or keys[: len(loc)] == loc  # a bad section
+                ),
                 source,
             )
             message = err["msg"].removeprefix("Value error, ")  # our own checks' words suffice
+            if err["type"] == "extra_forbidden":
+                message = unknown_key(loc)
             problems.append(f"{origin}: {'.'.join(loc)}: {message}")
         raise ConfigError("; ".join(problems)) from None
+
+
+def unknown_key(loc: tuple[str, ...]) -> str:
+    """A section or field that does not exist, with the nearest existing name (a typo) or
+    the names there are."""
+    sections = PipelineConfig.model_fields
+    if len(loc) == 1:
+        what, prefix, known = "section", "", list(sections)
+    else:
+        model = sections[loc[0]].annotation if loc[0] in sections else None
+        what, prefix = "field", f"{'.'.join(loc[:-1])}."
+        known = list(getattr(model, "model_fields", {}))
+    near = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.6)
+    if near:
+        return f"no such {what}; did you mean {prefix}{near[0]}?"
+    return f"no such {what}; there are {', '.join(prefix + name for name in known)}"
 
 
 def dump_config(cfg: PipelineConfig) -> dict[str, Any]:

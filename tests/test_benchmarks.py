@@ -1,0 +1,98 @@
+"""Every script under benchmarks/ runs, in its quick form, as the README runs it
+(``python benchmarks/X.py``), so none breaks unseen: the numbers of a dry run mean nothing,
+its tables' rows and what each script reads must be there. gpu.py's dry run is
+tests/test_gpu_benchmark.py's; serving.py has no quick form yet (issue 34)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows.local.workflow import LocalRunner
+from tests.conftest import REPO_ROOT
+
+
+def bench(script: str, *args: str, timeout: float = 600) -> str:
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{script}", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+NUMBER = r"[\d,]+\.\d+"
+
+
+@pytest.mark.slow
+def test_stage_throughput_quick() -> None:
+    out = bench("stage_throughput.py", "--quick")
+    assert "dataset: 500 + 100 images" in out
+    for row in ("upload, our step (MB/s)", "ratio ours / plain (of medians)"):
+        assert re.search(rf"{re.escape(row)}\s+│\s+{NUMBER}", out), out
+    assert re.search(rf"no-op, CLI incl\. start-up \(s\)\s+│\s+{NUMBER}", out), out
+
+
+@pytest.mark.slow
+def test_train_throughput_quick() -> None:
+    out = bench("train_throughput.py", "--quick", "--markdown")
+    rows = [
+        line for line in out.splitlines() if line.startswith("| seed loop") or "| ours:" in line
+    ]
+    assert rows[0].startswith("| seed loop") and rows[0].endswith("| 1.00x |"), out
+    assert any("ResNet-9" in row and "(another model)" in row for row in rows), rows
+    assert "median of 1 epochs of 256 images" in out
+
+
+@pytest.mark.slow
+def test_inference_quick() -> None:
+    out = bench("inference.py", "--quick")
+    assert "resnet9 width 8" in out
+    for variant in ("eager (fp32)", "onnx (fp32)", "peer_onnxruntime (fp32)", "peer_openvino_f32"):
+        assert re.search(rf"^\| {re.escape(variant)}.* \| [01]\.\d{{4}} \| {NUMBER} \|", out, re.M)
+
+
+def pipeline_shaped_run(tmp_path: Path) -> Path:
+    """A run with the pipeline's task names and a Skipped and an Omitted task, by the real
+    runner (no-op tasks; no step reports its own time)."""
+    tasks = [
+        {"name": "create-run", "template": "ok"},
+        {"name": "stage", "template": "ok"},
+        {"name": "train", "template": "ok", "depends": "create-run && stage"},
+        {"name": "train-multinode", "template": "ok", "when": "1 > 1"},
+        {"name": "optimize", "template": "ok", "depends": "train"},
+        {"name": "benchmark", "template": "ok", "depends": "optimize"},
+        {"name": "rollback-apply", "template": "ok", "depends": "benchmark.Failed"},
+    ]
+    ok = {"name": "ok", "container": {"image": "alpine", "command": ["true"]}}
+    manifest = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "cifar-"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [{"name": "main", "dag": {"tasks": tasks}}, ok],
+        },
+    }
+    runner = LocalRunner(manifest, tmp_path / "runs", cache_dir=tmp_path / "memo")
+    assert runner.run().status == "Succeeded"
+    return runner.run_dir
+
+
+def test_local_overhead_quick_reads_a_run_whose_tasks_did_not_all_start(tmp_path: Path) -> None:
+    """A Skipped or Omitted task has no start: named, not timed (it was a TypeError)."""
+    run_dir = pipeline_shaped_run(tmp_path)
+    out = bench("local_overhead.py", "--quick", "--run-dir", str(run_dir))
+    assert "never started (Skipped or Omitted): train-multinode, rollback-apply" in out
+    assert "critical path: stage -> train -> optimize -> benchmark;" in out or (
+        "critical path: create-run -> train -> optimize -> benchmark;" in out
+    ), out
+    assert re.search(r"fan-out of 5 no-op tasks: wall [\d.]+ s", out), out
+    assert re.search(r"runner's own cost: 5 chained no-op tasks", out), out

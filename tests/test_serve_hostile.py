@@ -330,3 +330,12 @@ def test_a_good_request_is_answered_while_a_hostile_body_is_refused(
     # held (json.loads of one such body took seconds).
     assert max(beside) < 1.0, sorted(beside)[-5:]
     assert float(np.median(beside)) < 10 * float(np.median(alone)) + 0.1, (alone, beside)
+
+
+def test_too_deep_is_told_before_too_many() -> None:
+    """Nesting past the depth within a chunk that also passes the container bound: the
+    depth is the truer message (and a 400, not a 413)."""
+    bounds = JsonBounds(Limits(depth=32, digits=64, containers=100, elements=1000, per_value=1))
+    with pytest.raises(BodyRefused, match=r"^JSON nested more than 32 deep") as err:
+        bounds.feed(b"[" * 200)
+    assert err.value.status == 400

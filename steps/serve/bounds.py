@@ -154,6 +154,8 @@ class JsonBounds:
         else:
             self.digit_run = len(outside) - len(outside.rstrip(_DIGITS))
         opens = outside.count(b"[") + outside.count(b"{")
+        closes = outside.count(b"]") + outside.count(b"}")
+        self._nesting(outside, opens, closes)  # first: too deep is the truer message
         self.containers += opens
         self.commas += outside.count(b",")
         if self.containers > limits.containers:
@@ -168,9 +170,9 @@ class JsonBounds:
                 f"more than {limits.elements} elements: more than "
                 "serving.max_request_images images can take",
             )
-        closes = outside.count(b"]") + outside.count(b"}")
-        if not opens and not closes:
-            return
+
+    def _nesting(self, outside: bytes, opens: int, closes: int) -> None:
+        limits = self.limits
         if self.depth + opens <= limits.depth and self.depth - closes >= 0:
             self.depth += opens - closes  # neither bound reachable: no running sum needed
             return

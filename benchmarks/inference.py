@@ -8,11 +8,15 @@ and two peers on the same ONNX file as a user would run them (plain ONNX Runtime
 default session options, plain OpenVINO with a default compile), all in the benchmark
 step's alternating rounds (``benchmark.rounds``; p50 is the median over the rounds'
 calls) at batch 1/8/64/256. Prints each one's top-1 agreement with eager on the test split,
-p50, and its ratio to eager and to the best peer. Without ``--model`` it stages a synthetic
-dataset and trains a ResNet-9 for ``--train-steps`` SGD steps (enough for its logits to
-carry signal; its accuracy is not the point). Overrides apply to optimize and benchmark,
-e.g. ``--set benchmark.time_budget_s=5``. ``--quick``: a dry run in seconds (``QUICK``), the
-test suite's.
+p50, and its ratio to eager and to the best peer; then ``openvino_int8`` against OpenVINO's
+default compile of the same ONNX file (BF16 where the CPU has BF16 units: AVX512-BF16 or
+AMX) at batch 1 and 256, as it runs in the benchmark (normalised float32 in) and as the
+served pyfunc runs it (``openvino_int8_served``: the uint8 pixels in, the cast,
+normalisation and transpose compiled into its graph, ``steps.common.serving.runners``).
+Without ``--model`` it stages a synthetic dataset and trains a ResNet-9 for
+``--train-steps`` SGD steps (enough for its logits to carry signal; its accuracy is not the
+point). Overrides apply to optimize and benchmark, e.g. ``--set benchmark.time_budget_s=5``.
+``--quick``: a dry run in seconds (``QUICK``), the test suite's.
 """
 
 from __future__ import annotations
@@ -137,6 +141,46 @@ def peers(onnx_file: Path) -> dict:
     }
 
 
+def served_pixels(doc: dict, opt_dir: Path, trained, threads: int) -> tuple | None:
+    """``(precision, runner, prepare)`` of ``openvino_int8`` as the served pyfunc loads it:
+    uint8 N x 32 x 32 x 3 in; ``prepare`` turns the benchmark's normalised images back into
+    those pixels (exactly: they were made from them)."""
+    from steps.common.serving.runners import load_runner
+
+    entry = doc["variants"].get("openvino_int8", {})
+    if entry.get("status") != "built":
+        return None
+    pixels = (list(trained.mean), list(trained.std))
+    runner = load_runner("openvino", opt_dir / entry["file"], entry["details"], threads, pixels)
+    mean = torch.tensor(trained.mean).view(1, 3, 1, 1)
+    std = torch.tensor(trained.std).view(1, 3, 1, 1)
+
+    def prepare(x: torch.Tensor) -> torch.Tensor:
+        values = ((x * std + mean) * 255).round().clamp(0, 255).to(torch.uint8)
+        return values.permute(0, 2, 3, 1).contiguous()
+
+    return "int8", lambda x: torch.from_numpy(runner(x.numpy())), prepare
+
+
+def default_compile_ratios(results: dict) -> list[str]:
+    """``openvino_int8`` (and its served form) against OpenVINO's default compile."""
+    lines = []
+    peer = results.get("peer_openvino")
+    for name in ("openvino_int8", "openvino_int8_served"):
+        if name not in results or peer is None:
+            continue
+        cells = []
+        for batch in ("1", "256"):
+            if batch in results[name]["batches"] and batch in peer["batches"]:
+                mine, theirs = results[name]["batches"][batch], peer["batches"][batch]
+                ratio = theirs["p50_ms"] / mine["p50_ms"]
+                cells.append(f"batch {batch}: {ratio:.2f}x ({mine['p50_ms']:.3f} vs "
+                             f"{theirs['p50_ms']:.3f} ms)")  # fmt: skip
+        lines.append(f"{name} vs OpenVINO's default compile ({peer['precision']}): "
+                     + "; ".join(cells))  # fmt: skip
+    return lines
+
+
 def table(results: dict, agreement: dict, skipped: dict) -> str:
     batches = list(results["eager"]["batches"])
     peer_names = [n for n in results if n.startswith("peer_")]
@@ -211,6 +255,9 @@ def main() -> None:
         images = normalize(split.images, trained.mean, trained.std)
         (tmp / "load").mkdir()
         runners, skipped = benchmark.collect(cfg, trained, doc, opt_uri, device, tmp / "load")
+        served = served_pixels(doc, tmp / "opt", trained, args.threads)
+        if served is not None:
+            runners["openvino_int8_served"] = served
         for name, (precision, runner) in peers(tmp / "opt" / "model.onnx").items():
             runners[name] = (precision, runner, lambda x: x)
         reference = run_batched(trained.model, images, 256).argmax(1)
@@ -229,6 +276,7 @@ def main() -> None:
         f"load average {[round(v, 2) for v in os.getloadavg()]}\n"
     )
     print(table(results, agreement, skipped))
+    print("\n" + "\n".join(default_compile_ratios(results)))
 
 
 if __name__ == "__main__":

@@ -174,6 +174,8 @@ def test_whole_number_floats_are_pixels(served: str) -> None:
         ([1, 2], "shape (2,)"),
         ([[1, 2], [3]], "nested lists of unequal lengths"),
         ([[True, False], [True, True]], "non-numeric values (numpy dtype bool)"),
+        ([[1, True], [3, 4]], "booleans among the numbers (true/false are not pixel values)"),
+        ([[7.0, False], [3, 4]], "booleans among the numbers (true/false are not pixel values)"),
         ([[None, 1], [2, 3]], "non-numeric values (numpy dtype object)"),
     ],
     ids=[
@@ -188,6 +190,8 @@ def test_whole_number_floats_are_pixels(served: str) -> None:
         "rank",
         "ragged",
         "bool",
+        "bool-among-ints",
+        "bool-among-floats",
         "null",
     ],
 )

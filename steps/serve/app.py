@@ -3,37 +3,48 @@ on the same uvicorn; FastAPI's routing and request objects are left out: they co
 request than this whole module does).
 
     GET  /ping, /health       200 once the model is loaded, 503 before (MLflow's probe)
+    GET  /version             the MLflow version, as ``mlflow models serve``
+    POST /invocations         {"inputs": images} -> {"predictions": [...]}, MLflow's protocol
+    Open Inference Protocol (KServe's v2; errors as {"error": "..."}):
     GET  /v2/health/live      200 while the process serves (KServe's liveness probe)
     GET  /v2/health/ready     200 once the model is loaded, 503 before (KServe's readiness)
-    GET  /version             the MLflow version, as ``mlflow models serve``
-    GET  /v2/models/<name>    what is served, as the Open Inference Protocol's model metadata:
-                              {"name", "versions": [registry version], "platform"}; 404 for
-                              another name (a client confirms the version it deployed)
-    POST /invocations         {"inputs": images} -> {"predictions": [...]}, MLflow's protocol
+    GET  /v2                  the server's metadata: the binary_tensor_data extension
+    GET  /v2/models/<name>[/versions/<v>]    its metadata (registry version, input, outputs)
+    GET  /v2/models/<name>[/versions/<v>]/ready    the model's readiness
+    POST /v2/models/<name>[/versions/<v>]/infer    inference (steps.serve.oip): JSON tensors
+                              or binary ones after the JSON header
 
 A request body past what ``serving.max_request_images`` images can take is refused with 413
 from its Content-Length before a byte of it is read, or, sent without one (chunked), as soon
-as what arrived passes that size; a request of more images is refused before its values
-become an array. A bad request gets MLflow's 400 with one line and never joins a batch.
+as what arrived passes that size. Its JSON is bounded while it arrives (steps.serve.bounds:
+depth, digits, arrays and elements), so a hostile body is refused within the chunk that
+passes a bound; a large body is parsed off the event loop. A bad request gets a 4xx with one
+line, in its protocol's error shape, and never joins a batch; both protocols share the
+batcher.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import numpy as np
 from mlflow.exceptions import MlflowException
 from mlflow.version import VERSION
 
+from steps.serve import oip
+from steps.serve.asgi import BINARY, CLOSE, JSON, Receive, Scope, Send, off_loop, read_body, respond
 from steps.serve.batcher import Batcher
-from steps.serve.predictor import Predictor, RequestTooLarge, encode, error_body
+from steps.serve.bounds import BodyRefused
+from steps.serve.outputs import encode
+from steps.serve.predictor import Predictor, RequestTooLarge, error_body
 
-JSON = b"application/json"
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+SERVER_METADATA = json.dumps(
+    {"name": "cifar-pipeline steps.serve", "version": "0.1.0", "extensions": ["binary_tensor_data"]}
+).encode()
 
 
 def _message(error_code: str, message: str) -> bytes:
@@ -41,23 +52,34 @@ def _message(error_code: str, message: str) -> bytes:
 
 
 class ServingApp:
-    """The ASGI app. ``predictor`` and ``batcher`` are set by ``loaded`` once the model is
-    ready (the port is bound before, so a probe sees 503 while it loads)."""
+    """The ASGI app. ``predictor``, ``batcher`` and ``codec`` are set by ``loaded`` once the
+    model is ready (the port is bound before, so a probe sees 503 while it loads)."""
 
     def __init__(self, model_name: str = "model", model_version: str | None = None) -> None:
         self.model_name = model_name
-        self.metadata = json.dumps(
-            {
-                "name": model_name,
-                "versions": [model_version] if model_version else [],
-                "platform": "mlflow_pyfunc",
-            }
-        ).encode()
+        self.model_version = model_version
+        self.metadata = json.dumps(self._described({})).encode()
         self.predictor: Predictor | None = None
         self.batcher: Batcher | None = None
+        self.codec: oip.OipCodec | None = None
         self.started = time.monotonic()
 
+    def _described(self, extra: dict[str, Any]) -> dict[str, Any]:
+        versions = [self.model_version] if self.model_version else []
+        return {"name": self.model_name, "versions": versions, "platform": "mlflow_pyfunc", **extra}
+
     def loaded(self, predictor: Predictor, batcher: Batcher) -> None:
+        """Ready to serve: one image of zeros through the model (a warm-up, on the caller's
+        thread) says which outputs the protocol's metadata lists."""
+        shape = tuple(abs(d) for d in predictor.shape[1:])
+        codec = oip.OipCodec(
+            self.model_name, self.model_version, predictor.dtype, shape, predictor.max_images
+        )
+        columns = predictor(np.zeros((1, *shape), predictor.dtype)).columns()
+        outputs = {n: (oip.datatype(v.dtype), [-1, *v.shape[1:]]) for n, v in columns.items()}
+        codec.outputs = list(outputs)
+        self.metadata = json.dumps(codec.metadata(outputs)).encode()
+        self.codec = codec
         self.batcher = batcher
         self.predictor = predictor  # last: readiness follows it
 
@@ -75,6 +97,9 @@ class ServingApp:
                 return
             await self.invocations(scope, receive, send)
             return
+        if path.startswith("/v2/models/"):
+            await self.v2_model(scope, receive, send, method, path)
+            return
         if method != "GET":
             await respond(send, 405, _message("BAD_REQUEST", f"{method} {path}: use GET"))
             return
@@ -85,17 +110,48 @@ class ServingApp:
         elif path == "/v2/health/ready":
             body = b'{"ready": true}' if self.ready else b'{"ready": false}'
             await respond(send, 200 if self.ready else 503, body)
+        elif path in ("/v2", "/v2/"):
+            await respond(send, 200, SERVER_METADATA)
         elif path == "/version":
             await respond(send, 200, VERSION.encode())
-        elif path.startswith("/v2/models/"):
-            name = path.removeprefix("/v2/models/")
-            if name == self.model_name:
-                await respond(send, 200, self.metadata)
-            else:
-                message = f"no model {name} here; this serves {self.model_name}"
-                await respond(send, 404, _message("RESOURCE_DOES_NOT_EXIST", message))
         else:
             await respond(send, 404, _message("ENDPOINT_NOT_FOUND", f"no endpoint {path}"))
+
+    async def v2_model(
+        self, scope: Scope, receive: Receive, send: Send, method: str, path: str
+    ) -> None:
+        """``/v2/models/<name>[/versions/<v>][/infer | /ready]``, errors as the protocol's."""
+        name, _, rest = path.removeprefix("/v2/models/").partition("/")
+        version = None
+        if rest.startswith("versions/"):
+            version, _, rest = rest.removeprefix("versions/").partition("/")
+        action = rest.rstrip("/")
+        if action not in ("", "infer", "ready"):
+            await respond(send, 404, oip.error_body(f"no endpoint {path}"))
+            return
+        wanted = "POST" if action == "infer" else "GET"
+        if method != wanted:
+            await respond(send, 405, oip.error_body(f"{method} {path}: use {wanted}"))
+            return
+        missing = self._missing(name, version)
+        if missing:
+            await respond(send, 404, oip.error_body(missing))
+        elif action == "infer":
+            await self.infer(scope, receive, send)
+        elif action == "ready":
+            ready = json.dumps({"name": name, "ready": self.ready}).encode()
+            await respond(send, 200 if self.ready else 503, ready)
+        else:
+            await respond(send, 200, self.metadata)
+
+    def _missing(self, name: str, version: str | None) -> str | None:
+        """Why ``name`` at ``version`` is not what this serves; None when it is."""
+        if name != self.model_name:
+            return f"no model {name} here; this serves {self.model_name}"
+        if version is not None and version != self.model_version:
+            served = f"version {self.model_version}" if self.model_version else "no version"
+            return f"no version {version} of {name} here; this serves {served}"
+        return None
 
     async def invocations(self, scope: Scope, receive: Receive, send: Send) -> None:
         predictor, batcher = self.predictor, self.batcher
@@ -107,76 +163,109 @@ class ServingApp:
         charset = params.strip().lower()
         if mime.strip().lower() != JSON or charset not in (b"", b"charset=utf-8"):
             got = headers.get(b"content-type", b"").decode("latin-1") or "none"
-            await respond(
-                send,
-                415,
-                _message("BAD_REQUEST", f"send Content-Type: application/json; got {got}"),
-            )
+            message = f"send Content-Type: application/json; got {got}"
+            await respond(send, 415, _message("BAD_REQUEST", message))
             return
-        too_large = _message(
-            "BAD_REQUEST",
+
+        async def fail(
+            status: int, message: str, exc: MlflowException | None = None, close: bool = False
+        ) -> None:
+            # MLflow's own body for its exceptions (error_class and sqlstate included), as
+            # ``mlflow models serve`` answers them.
+            answer = error_body(exc) if exc else (status, _message("BAD_REQUEST", message))
+            await respond(send, *answer, extra=CLOSE if close else None)
+
+        async def parse(body: bytes) -> tuple[np.ndarray, Callable]:
+            return await off_loop(predictor.parse, body), encode
+
+        answer = await self._queue(headers, receive, fail, parse, None)
+        if answer is not None:
+            await respond(send, 200, answer)
+
+    async def infer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        predictor, batcher, codec = self.predictor, self.batcher, self.codec
+        if predictor is None or batcher is None or codec is None:
+            await respond(send, 503, oip.error_body("the model is loading"))
+            return
+        headers = dict(scope["headers"])
+
+        async def fail(
+            status: int, message: str, _exc: MlflowException | None = None, close: bool = False
+        ) -> None:
+            await respond(send, status, oip.error_body(message), extra=CLOSE if close else None)
+
+        given = headers.get(b"inference-header-content-length")
+        if given is not None and not given.strip().isdigit():
+            text = f"Inference-Header-Content-Length {given.decode('latin-1')!r}"
+            return await fail(400, f"{text} is not a byte count")
+        header_length = None if given is None else int(given)
+
+        async def parse(body: bytes) -> tuple[np.ndarray, Callable]:
+            request = await off_loop(codec.parse, body, header_length)
+            return request.images, functools.partial(codec.encode, request=request)
+
+        answer = await self._queue(headers, receive, fail, parse, header_length)
+        if answer is None:
+            return
+        body, json_length = answer
+        if json_length is None:
+            await respond(send, 200, body)
+        else:
+            extra = [(b"inference-header-content-length", str(json_length).encode())]
+            await respond(send, 200, body, BINARY, extra)
+
+    async def _queue(
+        self,
+        headers: dict[bytes, bytes],
+        receive: Receive,
+        fail: Callable[..., Awaitable[None]],
+        parse: Callable[[bytes], Awaitable[tuple[np.ndarray, Callable]]],
+        json_length: int | None,
+    ) -> Any:
+        """Read the body (bounded), parse it, queue its images: the encoded answer, or None
+        once ``fail`` has answered (or the client left)."""
+        predictor, batcher = self.predictor, self.batcher
+        assert predictor is not None and batcher is not None
+        too_large = (
             f"request body over {predictor.max_body} bytes, more than "
-            f"{predictor.max_images} images (serving.max_request_images) can take",
+            f"{predictor.max_images} images (serving.max_request_images) can take"
         )
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > predictor.max_body):
-            await respond(send, 413, too_large)
-            return
+            await fail(413, too_large, close=True)
+            return None
         batcher.arrive()
         queued = False
         try:
-            body = await read_body(receive, predictor.max_body)
+            body = await read_body(receive, predictor.max_body, predictor.bounds(), json_length)
             if body is None:
-                await respond(send, 413, too_large)
-                return
-            pending = batcher.enqueue(predictor.parse(body), encode)
+                await fail(413, too_large, close=True)
+                return None
+            images, finish = await parse(body)
+            pending = batcher.enqueue(images, finish)
             queued = True
         except MlflowException as exc:
-            await respond(send, *error_body(exc))
-            return
+            await fail(exc.get_http_status_code(), exc.message, exc)
+            return None
         except RequestTooLarge as exc:
-            await respond(send, 413, _message("BAD_REQUEST", str(exc)))
-            return
+            await fail(413, str(exc))
+            return None
+        except BodyRefused as exc:  # the rest of the body unread: no use receiving it
+            await fail(exc.status, str(exc), close=True)
+            return None
+        except oip.OipError as exc:
+            await fail(exc.status, str(exc))
+            return None
         except ConnectionError:  # the client left before its body arrived: no one to answer
-            return
+            return None
         finally:
             if not queued:
                 batcher.left()
         try:
-            answer = await pending
-        except Exception as exc:  # the model failed on this batch: one line, as MLflow's 500
+            return await pending
+        except oip.OipError as exc:  # an output the request named that the model lacks
+            await fail(exc.status, str(exc))
+        except Exception as exc:  # the model failed on this batch: one line, a 500
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            await respond(send, 500, _message("INTERNAL_ERROR", f"{type(exc).__name__}: {line}"))
-            return
-        await respond(send, 200, answer)
-
-
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, or None as soon as it passes ``limit`` bytes (the rest unread)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ConnectionError("the client went away")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def respond(send: Send, status: int, body: bytes, content_type: bytes = JSON) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", content_type),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+            await fail(500, f"{type(exc).__name__}: {line}")
+        return None

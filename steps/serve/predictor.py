@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import BAD_REQUEST
 from mlflow.types import TensorSpec
 from mlflow.utils import proto_json_utils
-from mlflow.utils.proto_json_utils import NumpyEncoder, _get_jsonable_obj
 
+from steps.serve.bounds import JsonBounds, Limits
+from steps.serve.outputs import BatchOutput
 from steps.serve.pixels import PixelParser
 
 INPUT_KEYS = ("inputs", "instances")  # the TF-serving keys MLflow takes for a tensor
@@ -64,6 +63,11 @@ class Predictor:
         self.max_body = max_request_images * per_image * BYTES_PER_VALUE + 65536
         # uint8 pixels as integers, read without building Python lists (the common body).
         self.pixels = PixelParser(self.shape) if self.dtype == np.uint8 else None
+        self.limits = Limits.for_images(tuple(abs(d) for d in self.shape[1:]), max_request_images)
+
+    def bounds(self) -> JsonBounds:
+        """A fresh check of one JSON body's structure while it arrives (steps.serve.bounds)."""
+        return JsonBounds(self.limits)
 
     def parse(self, body: bytes) -> np.ndarray:
         """The request's images, exactly as the signature says, or an MlflowException (400)
@@ -74,6 +78,18 @@ class Predictor:
             self.check_count(len(images))
             return images
         try:
+            return self._standard(body)
+        except (MlflowException, RequestTooLarge):
+            raise
+        except RecursionError:  # json.loads recurses per level; bounds.py stops most first
+            raise bad_request("the body is not JSON this server reads: nested too deep") from None
+        except Exception as exc:  # any other failure to read a body is the body's: a 400
+            line = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise bad_request(f"the body could not be read: {type(exc).__name__}: {line}") from None
+
+    def _standard(self, body: bytes) -> np.ndarray:
+        """MLflow's read: ``json.loads`` and its conversion (``strict_input``'s check)."""
+        try:
             doc = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise bad_request(f"the body is not JSON: {exc}") from None
@@ -82,7 +98,9 @@ class Predictor:
             got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
             raise bad_request(f'expected a JSON object {{"inputs": [images]}}; got {got}')
         data = doc[keys[0]]
-        if isinstance(data, list):
+        if isinstance(data, list) and _nesting(data) == len(self.shape):
+            # Its first axis counts images; nested otherwise (a flat list of 3,072
+            # numbers), the shape's message below is the true one, not the count's.
             self.check_count(len(data))
         # MLflow's own conversion, which the champion's strict_input check replaces.
         images = np.asarray(proto_json_utils.convert_data_type(data, self.spec))
@@ -107,37 +125,18 @@ class Predictor:
                 "(serving.max_request_images): send them in several requests"
             )
 
-    def __call__(self, images: np.ndarray) -> Sequence[Any]:
-        """Rows of predictions for a batch, JSON-ready as MLflow writes them."""
-        output = self.model.predict(images)
-        rows = records(output) if isinstance(output, pd.DataFrame) else None
-        if rows is None:
-            rows = _get_jsonable_obj(output, pandas_orient="records")
-        if not isinstance(rows, list):
-            raise TypeError(f"the model returned {type(rows).__name__}, not one row per image")
-        return rows
+    def __call__(self, images: np.ndarray) -> BatchOutput:
+        """The batch's output, answered per request in either protocol (steps.serve.outputs)."""
+        return BatchOutput(self.model.predict(images))
 
 
-def records(frame: pd.DataFrame) -> list[dict[str, Any]] | None:
-    """``frame.to_dict(orient="records")`` with numpy values as Python ones, as
-    ``NumpyEncoder`` would write them (arrays and scalars by ``tolist``/``item``), in a
-    fraction of the time; None for a column of anything else (MLflow's path then)."""
-    columns = []
-    for name in frame.columns:
-        values = frame[name].tolist()  # numeric columns come back as Python numbers
-        if values and not isinstance(values[0], (int, float, str)):
-            if not all(isinstance(v, np.ndarray) for v in values):
-                return None
-            values = [v.tolist() for v in values]
-        columns.append(values)
-    names = [str(n) for n in frame.columns]
-    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
-
-
-def encode(rows: Sequence[Any]) -> bytes:
-    """A request's rows as ``mlflow models serve`` writes them (``predictions_to_json``:
-    the same separators; ``NumpyEncoder`` for what ``records`` left to MLflow's path)."""
-    return json.dumps({"predictions": list(rows)}, cls=NumpyEncoder).encode()
+def _nesting(data: Any) -> int:
+    """How deep ``data`` nests, following first elements (``[[[[0,...]]]]`` -> 4)."""
+    depth = 0
+    while isinstance(data, list):
+        depth += 1
+        data = data[0] if data else None
+    return depth
 
 
 def error_body(exc: MlflowException) -> tuple[int, bytes]:

@@ -1,5 +1,5 @@
-"""Serve the champion over HTTP: MLflow's scoring protocol, KServe's health probes, dynamic
-batching.
+"""Serve the champion over HTTP: MLflow's scoring protocol and the Open Inference Protocol
+(KServe's v2, binary tensors included), KServe's health probes, dynamic batching.
 
     python -m steps.serve --model-uri URI [--host 127.0.0.1] [--port P] [--config F]
         [--set serving.max_batch=64 ...] [--debug]
@@ -9,7 +9,8 @@ URI: anything ``mlflow.pyfunc.load_model`` takes (``models:/cifar10-classifier@c
 ``steps.benchmark`` logs. Port: ``--port``, else ``$PORT``, else ``serving.port`` (0: any
 free port, printed). The model's files are fetched first (a URI that holds no model exits 2
 before any port is taken); then the port is bound, one line says where
-(``serving URI on http://HOST:PORT (POST /invocations)``) and the model loads while
+(``serving URI on http://HOST:PORT (POST /invocations)``, then curl lines for both
+protocols) and the model loads while
 /v2/health/live already answers and the readiness probes answer 503. SIGINT, SIGTERM or
 SIGHUP stop it after the requests in flight (exit 0); a model that fails to load exits 1.
 """
@@ -44,6 +45,15 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 CURL = (
     "python3 -c 'import json; print(json.dumps({\"inputs\": [[[[0, 0, 0]] * 32] * 32]}))' | "
     "curl -s -H 'Content-Type: application/json' --data-binary @- {url}/invocations"
+)
+# The same image through the Open Inference Protocol, its 3,072 bytes after the JSON header.
+OIP_CURL = (
+    "(printf '{header}'; head -c 3072 /dev/zero) | curl -s --data-binary @- "
+    "-H 'Inference-Header-Content-Length: {length}' {url}/v2/models/{name}/infer"
+)
+OIP_HEADER = (
+    '{{"inputs":[{{"name":"images","datatype":"UINT8","shape":[1,32,32,3],'
+    '"parameters":{{"binary_data_size":3072}}}}]}}'
 )
 
 
@@ -183,6 +193,9 @@ def serve(args: argparse.Namespace) -> ServeResult:
         what = f"{identity.name} v{identity.version}" if identity.version else "it"
         print(f"serving {args.model_uri} on {url} (POST /invocations)", flush=True)
         print(f"try: {CURL.replace('{url}', url)}", flush=True)
+        header = OIP_HEADER.format()
+        oip = OIP_CURL.format(header=header, length=len(header), url=url, name=identity.name)
+        print(f"or, Open Inference Protocol: {oip}", flush=True)
         print(f"model: {what}; GET {url}/v2/models/{identity.name} says so", flush=True)
         app = ServingApp(identity.name, identity.version)
         config = uvicorn.Config(

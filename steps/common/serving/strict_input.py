@@ -13,6 +13,7 @@ pyfunc's ``code_paths``.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,9 @@ def exact_array(data: Any, dtype: np.dtype, shape: tuple[int, ...], expected: st
         raise refuse("nested lists of unequal lengths") from None
     if values.dtype.kind not in "iuf":  # booleans, text, null
         raise refuse(f"non-numeric values (numpy dtype {values.dtype})")
+    if values.size and _holds_bool(data, values.ndim):
+        # numpy reads [true, 7] as [1, 7]: a boolean among numbers is no pixel either.
+        raise refuse("booleans among the numbers (true/false are not pixel values)")
     if values.ndim != len(shape) or any(
         want not in (-1, got) for want, got in zip(shape, values.shape, strict=True)
     ):
@@ -49,6 +53,17 @@ def exact_array(data: Any, dtype: np.dtype, shape: tuple[int, ...], expected: st
         low, high = values.min(), values.max()
         raise refuse(f"values from {low:g} to {high:g}, outside {info.min}..{info.max}")
     return values.astype(dtype)
+
+
+def _holds_bool(data: Any, ndim: int) -> bool:
+    """Whether the leaves of ``data`` (nested lists ``ndim`` deep, as numpy found them)
+    include a bool: flattened and typed by C-level iteration, no Python loop per value."""
+    if isinstance(data, np.ndarray):
+        return data.dtype == np.bool_
+    leaves: Any = [data] if ndim == 0 else data
+    for _ in range(ndim - 1):
+        leaves = itertools.chain.from_iterable(leaves)
+    return bool in set(map(type, leaves))
 
 
 def install(spec: Any, expected: str) -> None:

@@ -66,20 +66,28 @@ def _define(cfg: PipelineConfig) -> None:
     benchmark = benchmark_template(cfg, settings)
     serving = serving_templates(cfg, settings)
 
+    # what the tasks pass on: the run's paths and id, the benchmark's decision
     root = run_root(cfg)
     model = {"model-uri": f"{root}/model"}
     optimized = {**model, "optimized-uri": f"{root}/optimized"}
     report_uri = f"{root}/benchmark"
     run_id = _output("create-run", "run-id")
     shared = {"dataset-uri": _output("stage", "dataset-uri"), "run-id": run_id}
-    version, previous = (
-        _output("benchmark", "model-version"),
-        _output("benchmark", "previous-version"),
-    )
+    version = _output("benchmark", "model-version")
+    previous = _output("benchmark", "previous-version")
     # deploy and serve-check run when the benchmark moved the alias: a plain dependency on
     # a Skipped task still runs (Argo and the local runner alike), so the check carries the
     # same `when` and is Skipped with the deploy
     promoted = f"{_output('benchmark', 'promoted')} == true"
+    model_uri = f"models:/{cfg.benchmark.registered_model}/{version}"
+    deployed = {"model-uri": model_uri, "run-id": run_id, "model-version": version}
+    checked = {**shared, "url": _output("deploy", "url"), "benchmark-uri": report_uri}
+    reason = (
+        f"the deployment of v{version} failed (deploy {{{{tasks.deploy.status}}}}, "
+        "or its live check) in workflow {{workflow.name}}"
+    )
+    undone = {"version": version, "previous-version": previous, "reason": reason, "run-id": run_id}
+
     with DAG(name=ENTRYPOINT):
         run_task, stage_task = create_run(name="create-run"), stage(name="stage")
         # One training template runs, the others are Skipped: a plain dependency on each holds.
@@ -94,31 +102,13 @@ def _define(cfg: PipelineConfig) -> None:
         for train_task in train_tasks:
             [run_task, stage_task] >> train_task >> optimize_task
         optimize_task >> benchmark_task
-        if cfg.serving.enabled:  # flows/serving_step.py: deploy is a transaction
-            model_uri = f"models:/{cfg.benchmark.registered_model}/{version}"
-            deploy = serving.deploy(
-                name="deploy",
-                when=promoted,
-                arguments={"model-uri": model_uri, "run-id": run_id, "model-version": version},
-            )
-            check_args = {**shared, "url": _output("deploy", "url"), "benchmark-uri": report_uri}
-            serve_check = serving.serve_check(
-                name="serve-check", when=promoted, arguments=check_args
-            )
-            benchmark_task >> deploy >> serve_check
-            reason = (
-                f"the deployment of v{version} failed (deploy {{{{tasks.deploy.status}}}}, "
-                "or its live check) in workflow {{workflow.name}}"
-            )
+        if cfg.serving.enabled:  # deploy is a transaction (flows/serving_step.py)
+            deploy = serving.deploy(name="deploy", when=promoted, arguments=deployed)
+            check = serving.serve_check(name="serve-check", when=promoted, arguments=checked)
+            benchmark_task >> deploy >> check
+            # the rollbacks' edges are their `depends`: deploy or serve-check failed
             serving.rollback_alias(
-                name="rollback-alias",
-                depends=ROLLBACK_DEPENDS,
-                arguments={
-                    "version": version,
-                    "previous-version": previous,
-                    "reason": reason,
-                    "run-id": run_id,
-                },
+                name="rollback-alias", depends=ROLLBACK_DEPENDS, arguments=undone
             )
             serving.rollback_apply(
                 name="rollback-apply",

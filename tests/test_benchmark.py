@@ -22,6 +22,7 @@ from steps.benchmark.champion import decide
 from steps.benchmark.previous import previous_version
 from steps.benchmark.report import plot_figure
 from steps.benchmark.results import Challenger, Champion
+from steps.common import optimized_variants
 from steps.common.config import ConfigError, PipelineConfig
 from steps.common.models import build_model
 from steps.common.trained_model import InputError
@@ -231,6 +232,14 @@ def test_registry_promotes_the_better_model_only(
     """An untrained model becomes the first champion; the trained one replaces it; a
     second untrained one is registered but the alias stays on the trained one."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    reads: list[str] = []  # variants.json is read once a run, and handed to the gate
+
+    def read_variants(uri: str, storage):
+        reads.append(uri)
+        return real_read(uri, storage)
+
+    real_read = optimized_variants.read_variants
+    monkeypatch.setattr(optimized_variants, "read_variants", read_variants)
     name = "cifar10-registry-test"
     untrained = save_model(
         build_model("resnet9", 10, WIDTH).eval(), bundle.dataset_uri, tmp_path / "u"
@@ -254,7 +263,9 @@ def test_registry_promotes_the_better_model_only(
             *sets,
             outputs_dir=tmp_path / f"o{i}",
         )
+        reads.clear()
         outcome = benchmark.run(args)
+        assert reads == [opt.as_uri()]
         outcomes.append(outcome["promoted"])
         summary = json.loads((tmp_path / f"o{i}" / "summary.json").read_text())
         assert summary["promoted"] is outcome["promoted"]

@@ -182,7 +182,9 @@ def default_compile_ratios(results: dict) -> list[str]:
 
 
 def table(results: dict, agreement: dict, skipped: dict) -> str:
-    batches = list(results["eager"]["batches"])
+    """``results``: ``{name: Measured}``, ``skipped``: ``{name: NotMeasured}``
+    (steps.benchmark.results)."""
+    batches = list(results["eager"].batches)
     peer_names = [n for n in results if n.startswith("peer_")]
     head = " | ".join(f"bs {b} p50 ms" for b in batches)
     lines = [
@@ -193,23 +195,21 @@ def table(results: dict, agreement: dict, skipped: dict) -> str:
         # "best peer": any peer, OpenVINO's default (BF16 on BF16-capable CPUs) included
     ]
     for name, v in results.items():
-        cells = " | ".join(f"{v['batches'][b]['p50_ms']:.3f}" for b in batches)
+        cells = " | ".join(f"{v.batches[b].p50_ms:.3f}" for b in batches)
         ratios = []
         for b in batches:
-            best_peer = min(results[p]["batches"][b]["p50_ms"] for p in peer_names)
+            best_peer = min(results[p].batches[b].p50_ms for p in peer_names)
             best_fp32 = min(
-                results[p]["batches"][b]["p50_ms"]
-                for p in peer_names
-                if results[p]["precision"] == "fp32"
+                results[p].batches[b].p50_ms for p in peer_names if results[p].precision == "fp32"
             )
-            mine = v["batches"][b]["p50_ms"]
+            mine = v.batches[b].p50_ms
             ratios.append(
-                f"{v['batches'][b]['speedup_vs_eager']:.2f}x / {best_peer / mine:.2f}x / "
+                f"{v.batches[b].speedup_vs_eager:.2f}x / {best_peer / mine:.2f}x / "
                 f"{best_fp32 / mine:.2f}x"
             )
-        label = f"{name} ({v['precision']})"
+        label = f"{name} ({v.precision})"
         lines.append(f"| {label} | {agreement[name]:.4f} | {cells} | {' | '.join(ratios)} |")
-    lines += [f"| {n} | {v['status']}: {v['reason']} |" for n, v in skipped.items()]
+    lines += [f"| {n} | {v.status}: {v.reason} |" for n, v in skipped.items()]
     return "\n".join(lines)
 
 

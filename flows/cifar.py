@@ -11,16 +11,18 @@ the templates, the DAG, and the parameters of ``flows.parameters`` with the conf
 as defaults; a Workflow (``build_submission``) or the CronWorkflow runs it by
 ``workflowTemplateRef``; the local runner executes that same pair.
 
-DAG: ``create-run`` (MLflow) and ``stage`` (memoized) -> ``train`` (a PyTorchJob or a
-TrainJob created by a resource template, ``flows.train_step``; in the template a one-node
-``train`` and a ``train-multinode`` PyTorchJob, picked by ``when``) -> ``optimize`` ->
-``benchmark`` -> ``deploy`` (the InferenceService, when the benchmark moved the alias) ->
-``serve-check`` (the live endpoint; a failed check rolls back: ``flows.serve_tasks``). The
-exit handler runs ``close-run``, which ends the MLflow run with the workflow's status and
-copies the run's pictures out as artifacts, and, unless the workflow Succeeded,
-``delete-train-job``. One run at a time holds the mutex ``cluster.mutex``. Every step gets
-the config as ``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small
-files under /tmp/outputs read back as output parameters; objects live under
+The DAG, in ``_define`` below: ``create-run`` (MLflow) and ``stage`` (memoized) ->
+``train`` (a PyTorchJob or a TrainJob; in the template a one-node ``train`` and a
+``train-multinode`` PyTorchJob, picked by ``when``) -> ``optimize`` -> ``benchmark`` ->
+``deploy`` (the InferenceService, when the benchmark moved the alias) -> ``serve-check``
+(the live endpoint); a failed deploy or check runs the rollbacks. The exit handler runs
+``close-run``, which ends the MLflow run with the workflow's status, and, unless training
+succeeded, ``delete-train-job``. Each template family has its module: ``tracking_step``
+(create-run, close-run), ``stage_step``, ``train_step`` (the jobs and their deletion),
+``optimize_step`` (optimize, benchmark), ``serving_step`` (deploy, serve-check, the
+rollbacks). One run at a time holds the mutex ``cluster.mutex``. Every step gets the config
+as ``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small files under
+/tmp/outputs read back as output parameters; objects live under
 ``<storage.root_uri>/runs/<workflow name>``.
 """
 
@@ -29,52 +31,32 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from hera.workflows import (
-    DAG,
-    Artifact,
-    Container,
-    CronWorkflow,
-    NoneArchiveStrategy,
-    Parameter,
-    Workflow,
-    WorkflowTemplate,
-)
+from hera.workflows import DAG, CronWorkflow, Parameter, Workflow, WorkflowTemplate
 from hera.workflows import models as m
 
 from flows import parameters
-from flows.container_step import container_step, file_output
-from flows.exit_step import (
-    EXIT_HANDLER,
-    REPORT_GC,
-    RUN_ID_GLOBAL,
-    define_exit_handler,
-)
 from flows.manifests.names import APP, annotations, labels, run_root, workflow_url
-from flows.manifests.pod import (
-    DATA_VOLUME,
-    ISTIO_INJECT,
-    OUTPUTS_DIR,
-    pod_security,
-)
-from flows.parameters import input_ref, step_settings
-from flows.serve_tasks import add_serving_tasks, serving_templates
+from flows.manifests.pod import DATA_VOLUME, ISTIO_INJECT, pod_security
+from flows.optimize_step import benchmark_template, optimize_template
+from flows.parameters import step_settings
+from flows.serving_step import serving_templates
 from flows.stage_step import stage_template
-from flows.train_step import train_templates
+from flows.tracking_step import close_run_template, create_run_template
+from flows.train_step import delete_template, delete_when, train_templates
 from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"
 TEMPLATE_NAME = APP  # the WorkflowTemplate every submission and schedule refers to
 ENTRYPOINT = "pipeline"
-RUN_URL_GLOBAL = "mlflow-run-url"
-OUT_DIR = ["--outputs-dir", OUTPUTS_DIR]
-MODEL_ARGS = ["--model", input_ref("model-uri")]
-DATASET_ARGS = ["--dataset", input_ref("dataset-uri")]
-RUN_ARGS = ["--mlflow-run-id", input_ref("run-id"), *OUT_DIR]
+EXIT_HANDLER = "exit-handler"
+# the rollbacks' edges: a failed deploy or check, however it ended (a failure condition,
+# a deadline, an Error)
+ROLLBACK_DEPENDS = "deploy.Failed || deploy.Errored || serve-check.Failed || serve-check.Errored"
 
 
 def _define(cfg: PipelineConfig) -> None:
-    """The pipeline inside the active WorkflowTemplate: its templates (one builder each,
-    below), the DAG that runs them, then the exit handler."""
+    """The pipeline inside the active WorkflowTemplate: each template made once (Hera lists
+    them in that order), the DAG that runs them, then the exit handler."""
     settings = step_settings(cfg)
     argo_link = workflow_url(cfg, "{{workflow.namespace}}", "{{workflow.name}}")
     create_run = create_run_template(cfg, settings, argo_link)
@@ -84,14 +66,28 @@ def _define(cfg: PipelineConfig) -> None:
     benchmark = benchmark_template(cfg, settings)
     serving = serving_templates(cfg, settings)
 
+    # what the tasks pass on: the run's paths and id, the benchmark's decision
     root = run_root(cfg)
     model = {"model-uri": f"{root}/model"}
     optimized = {**model, "optimized-uri": f"{root}/optimized"}
     report_uri = f"{root}/benchmark"
-    shared = {
-        "dataset-uri": _task_output("stage", "dataset-uri"),
-        "run-id": _task_output("create-run", "run-id"),
-    }
+    run_id = _output("create-run", "run-id")
+    shared = {"dataset-uri": _output("stage", "dataset-uri"), "run-id": run_id}
+    version = _output("benchmark", "model-version")
+    previous = _output("benchmark", "previous-version")
+    # deploy and serve-check run when the benchmark moved the alias: a plain dependency on
+    # a Skipped task still runs (Argo and the local runner alike), so the check carries the
+    # same `when` and is Skipped with the deploy
+    promoted = f"{_output('benchmark', 'promoted')} == true"
+    model_uri = f"models:/{cfg.benchmark.registered_model}/{version}"
+    deployed = {"model-uri": model_uri, "run-id": run_id, "model-version": version}
+    checked = {**shared, "url": _output("deploy", "url"), "benchmark-uri": report_uri}
+    reason = (
+        f"the deployment of v{version} failed (deploy {{{{tasks.deploy.status}}}}, "
+        "or its live check) in workflow {{workflow.name}}"
+    )
+    undone = {"version": version, "previous-version": previous, "reason": reason, "run-id": run_id}
+
     with DAG(name=ENTRYPOINT):
         run_task, stage_task = create_run(name="create-run"), stage(name="stage")
         # One training template runs, the others are Skipped: a plain dependency on each holds.
@@ -106,82 +102,34 @@ def _define(cfg: PipelineConfig) -> None:
         for train_task in train_tasks:
             [run_task, stage_task] >> train_task >> optimize_task
         optimize_task >> benchmark_task
-        if cfg.serving.enabled:
-            add_serving_tasks(
-                cfg, serving, benchmark=benchmark_task, shared=shared, report_uri=report_uri
+        if cfg.serving.enabled:  # deploy is a transaction (flows/serving_step.py)
+            deploy = serving.deploy(name="deploy", when=promoted, arguments=deployed)
+            check = serving.serve_check(name="serve-check", when=promoted, arguments=checked)
+            benchmark_task >> deploy >> check
+            # the rollbacks' edges are their `depends`: deploy or serve-check failed
+            serving.rollback_alias(
+                name="rollback-alias", depends=ROLLBACK_DEPENDS, arguments=undone
             )
-    define_exit_handler(cfg, settings, ["--argo-url", argo_link] if argo_link else [], OUT_DIR)
+            serving.rollback_apply(
+                name="rollback-apply",
+                depends=ROLLBACK_DEPENDS,
+                when=f"'{previous}' != ''",
+                arguments={"previous-version": previous, "run-id": run_id},
+            )
+            serving.rollback_delete(
+                name="rollback-delete", depends=ROLLBACK_DEPENDS, when=f"'{previous}' == ''"
+            )
+
+    close_run = close_run_template(cfg, settings, argo_link)
+    delete_job = delete_template(cfg)
+    with DAG(name=EXIT_HANDLER):  # run whatever happened
+        close_run(name="close-run")
+        # training did not succeed (its job failed, or `argo stop` stopped it): its pods
+        # free their GPUs now, before the workflow's TTL would take the job with it
+        delete_job(name="delete-train-job", when=delete_when())
 
 
-def create_run_template(cfg: PipelineConfig, settings: list[str], argo_link: str) -> Container:
-    """``create-run``: the pipeline's MLflow run, tagged with the workflow and its link."""
-    tags = ["--tag", "argo.workflow={{workflow.name}}", "--tag", f"{APP}.version={cfg.images.tag}"]
-    tags += ["--tag", f"argo.workflow_url={argo_link}"] if argo_link else []
-    return container_step(
-        cfg,
-        name="create-run",
-        image="train",
-        tracking=True,
-        module="steps.tracking",
-        args=["start", "--run-name", "{{workflow.name}}", *tags, *OUT_DIR],
-        settings=settings,
-        outputs=[
-            file_output("run-id", "run_id", RUN_ID_GLOBAL),
-            file_output("run-url", "run_url", RUN_URL_GLOBAL),
-        ],
-    )
-
-
-def optimize_template(cfg: PipelineConfig, settings: list[str]) -> Container:
-    """``optimize``: every variant of the trained model, each gated against it."""
-    return container_step(
-        cfg,
-        name="optimize",
-        image="optimize",
-        module="steps.optimize",
-        args=[*MODEL_ARGS, *DATASET_ARGS, "--output", input_ref("optimized-uri"), *RUN_ARGS],
-        settings=settings,
-        inputs=["model-uri", "dataset-uri", "optimized-uri", "run-id"],
-        outputs=[file_output("optimized", "optimized_uri")],
-        gpus=cfg.cluster.optimize_gpus,
-    )
-
-
-def benchmark_template(cfg: PipelineConfig, settings: list[str]) -> Container:
-    """``benchmark``: every variant timed; the report as artifacts, the registry's decision
-    (``promoted``, the versions) as outputs."""
-    optimized = ["--optimized", input_ref("optimized-uri")]
-    report = [
-        Artifact(
-            name=name,
-            path=f"{OUTPUTS_DIR}/{file}",
-            archive=NoneArchiveStrategy(),
-            artifact_gc=REPORT_GC,
-        )
-        for name, file in (("report", "report.md"), ("benchmark", "benchmark.json"))
-    ]
-    decision = [file_output(n, n) for n in ("promoted", "model-version", "previous-version")]
-    return container_step(
-        cfg,
-        name="benchmark",
-        image="optimize",
-        module="steps.benchmark",
-        args=[
-            *MODEL_ARGS,
-            *optimized,
-            *DATASET_ARGS,
-            "--output",
-            input_ref("output-uri"),
-            *RUN_ARGS,
-        ],
-        settings=settings,
-        inputs=["model-uri", "optimized-uri", "dataset-uri", "output-uri", "run-id"],
-        outputs=[*report, *decision],
-        gpus=cfg.cluster.optimize_gpus,
-    )
-
-
-def _task_output(task: str, name: str) -> str:
+def _output(task: str, name: str) -> str:
     return f"{{{{tasks.{task}.outputs.parameters.{name}}}}}"
 
 

@@ -1,12 +1,13 @@
 """A step of the pipeline as an Argo container template: its CLI in its versioned image,
-the config as ``--set`` arguments, resources, placement, security, retries, deadline."""
+the config as ``--set`` arguments, resources, placement, security, retries, deadline; and
+its outputs: parameters read from files, report files as artifacts."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from hera.workflows import Artifact, Container, Parameter, RetryStrategy
+from hera.workflows import Artifact, Container, NoneArchiveStrategy, Parameter, RetryStrategy
 from hera.workflows import models as m
 
 from flows.manifests.names import APP
@@ -24,6 +25,9 @@ TRACKING_DEADLINE_S = 600
 TRACKING_RESOURCES = m.ResourceRequirements(
     requests={"cpu": "250m", "memory": "512Mi"}, limits={"memory": "1Gi"}
 )
+# The report artifacts are copies of what the MLflow run holds: deleted with the workflow.
+# Pod logs (archiveLogs) follow the workflow-level strategy, none: they outlive it.
+REPORT_GC = m.ArtifactGC(strategy="OnWorkflowDeletion")
 
 
 def container_step(
@@ -102,3 +106,15 @@ def file_output(name: str, file: str, global_name: str | None = None) -> Paramet
     """An output parameter read from a file the step writes under ``--outputs-dir``."""
     source = m.ValueFrom(path=f"{OUTPUTS_DIR}/{file}")
     return Parameter(name=name, value_from=source, global_name=global_name)
+
+
+def report_artifact(name: str, file: str, *, optional: bool | None = None) -> Artifact:
+    """A report file the step writes under ``--outputs-dir``, shown in the Argo UI as it is
+    (not archived); ``optional``: a failed run may lack it."""
+    return Artifact(
+        name=name,
+        path=f"{OUTPUTS_DIR}/{file}",
+        archive=NoneArchiveStrategy(),
+        optional=optional,
+        artifact_gc=REPORT_GC,
+    )

@@ -18,8 +18,11 @@ import pytest
 import torch
 
 from steps.benchmark import step as benchmark
-from steps.benchmark.registry import decide, previous_version
-from steps.benchmark.report import plot_figure, registry_line
+from steps.benchmark.champion import decide
+from steps.benchmark.previous import previous_version
+from steps.benchmark.report import plot_figure
+from steps.benchmark.results import TRACKING_OFF, Challenger, Champion, Decision, Promotion
+from steps.common import optimized_variants
 from steps.common.config import ConfigError, PipelineConfig
 from steps.common.models import build_model
 from steps.common.trained_model import InputError
@@ -65,13 +68,18 @@ def result(bundle: Bundle, tmp_path_factory: pytest.TempPathFactory) -> dict:  #
         root / "report",
         outputs_dir=root / "outputs",
     )
-    return {"root": root, **benchmark.run(args)}
+    out = benchmark.run(args)  # "report": the typed report; "doc": benchmark.json as published
+    return {
+        "root": root,
+        **out,
+        "doc": json.loads((root / "report" / "benchmark.json").read_text()),
+    }
 
 
 @pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_and_batch_has_sane_numbers(result: dict, name: str, batch: int) -> None:
-    variant = result["report"]["variants"][name]
+    variant = result["doc"]["variants"][name]
     assert variant["status"] == "measured"
     assert variant["accuracy"] > 0.5  # the tiny model learns the synthetic classes
     cell = variant["batches"][str(batch)]
@@ -81,14 +89,14 @@ def test_every_variant_and_batch_has_sane_numbers(result: dict, name: str, batch
     )
     assert cell["images_per_s"] == pytest.approx(batch * 1000 / cell["p50_ms"])
     assert cell["peak_mem_mb"] >= 0
-    eager = result["report"]["variants"]["eager"]["batches"][str(batch)]
+    eager = result["doc"]["variants"]["eager"]["batches"][str(batch)]
     assert cell["speedup_vs_eager"] == pytest.approx(eager["p50_ms"] / cell["p50_ms"])
 
 
 @pytest.mark.parametrize("name", ["tensorrt_fp32", "tensorrt_fp16"])
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU TensorRT may be measured")
 def test_tensorrt_listed_as_skipped_with_the_reason(result: dict, name: str) -> None:
-    variant = result["report"]["variants"][name]
+    variant = result["doc"]["variants"][name]
     assert variant["status"] == "skipped"
     assert "no CUDA device" in variant["reason"]
     assert (
@@ -114,11 +122,11 @@ def test_plot_ticks_are_plain_numbers_and_the_measured_batches(result: dict) -> 
         labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
         assert labels and all(re.fullmatch(r"[\d,]+(\.\d+)?", t) for t in labels), labels
     labels = {line.get_label() for line in fig.axes[1].get_lines()}
-    assert labels == {f"{n} ({result['report']['variants'][n]['precision']})" for n in VARIANTS}
+    assert labels == {f"{n} ({result['doc']['variants'][n]['precision']})" for n in VARIANTS}
 
 
 def test_fastest_variant_per_batch_is_recorded(result: dict) -> None:
-    report = result["report"]
+    report = result["doc"]
     fastest = report["fastest_by_batch"]
     assert list(fastest) == [str(b) for b in BATCHES]
     for batch, name in fastest.items():
@@ -137,7 +145,7 @@ def test_report_outputs_and_summary(result: dict) -> None:
     markdown = (outputs / "report.md").read_text()
     assert markdown == (report_dir / "report.md").read_text()
     for name in VARIANTS:
-        precision = result["report"]["variants"][name]["precision"]
+        precision = result["doc"]["variants"][name]["precision"]
         for batch in BATCHES:
             assert f"| {name} | {precision} | {batch} |" in markdown
     summary = json.loads((outputs / "summary.json").read_text())
@@ -187,42 +195,40 @@ CPU = "cpu-a (2 threads)"
 def test_promotion_decision(challenger, champion, promoted: bool, reason: str) -> None:
     cfg = PipelineConfig()  # accuracy_margin 0.002, latency_margin 10 %
 
-    def side(values, version=None):
-        acc, p50, device = values
-        return {
-            "accuracy": acc,
-            "p50_ms": p50,
-            "device_name": device,
-            "gate_batch": 256,
-            "version": version,
-        }
+    acc, p50, device = challenger
+    contender = Challenger(acc, p50, gate_batch=256, device_name=device, variant="onnx")
+    holder = None
+    if champion:
+        acc, p50, device = champion
+        holder = Champion("3", acc, p50_ms=p50, gate_batch=256, device_name=device)
+    decision = decide(contender, holder, cfg)
+    assert decision.promoted is promoted
+    assert re.search(reason, decision.reason)
 
-    decision = decide(side(challenger), side(champion, "3") if champion else None, cfg)
-    assert decision["promoted"] is promoted
-    assert re.search(reason, decision["reason"])
+
+def _promotion(promoted: bool | None, version: str, reason: str = "") -> Promotion:
+    if promoted is None:  # MLflow tracking off: no decision
+        return Promotion()
+    challenger = Challenger(0.9, 5.0, gate_batch=256, device_name=CPU, variant="onnx")
+    decision = Decision(challenger, None, 0.002, 0.1, promoted, reason)
+    return Promotion(decision, "cifar10-classifier", "champion", version)
 
 
 @pytest.mark.parametrize(
     ("promotion", "line"),
     [
+        (_promotion(True, "1", "first champion"), "promoted: v1 (first champion)"),
         (
-            {"promoted": True, "version": "1", "reason": "first champion"},
-            "promoted: v1 (first champion)",
-        ),
-        (
-            {"promoted": False, "version": "4", "reason": "accuracy 0.8900 < 0.8980"},
+            _promotion(False, "4", "accuracy 0.8900 < 0.8980"),
             "not promoted: v4 (accuracy 0.8900 < 0.8980)",
         ),
-        (
-            {"promoted": False, "reason": "MLflow tracking off: nothing registered"},
-            "not promoted: MLflow tracking off: nothing registered",
-        ),
+        (_promotion(None, ""), f"not promoted: {TRACKING_OFF}"),
     ],
     ids=["first", "kept", "untracked"],
 )
-def test_the_registry_line_names_the_version(promotion: dict, line: str) -> None:
+def test_the_registry_line_names_the_version(promotion: Promotion, line: str) -> None:
     """What the report and the run's description say: the version, then why."""
-    assert registry_line(promotion) == line
+    assert promotion.verdict() == line
 
 
 @pytest.mark.parametrize(
@@ -251,6 +257,14 @@ def test_registry_promotes_the_better_model_only(
     """An untrained model becomes the first champion; the trained one replaces it; a
     second untrained one is registered but the alias stays on the trained one."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    reads: list[str] = []  # variants.json is read once a run, and handed to the gate
+
+    def read_variants(uri: str, storage):
+        reads.append(uri)
+        return real_read(uri, storage)
+
+    real_read = optimized_variants.read_variants
+    monkeypatch.setattr(optimized_variants, "read_variants", read_variants)
     name = "cifar10-registry-test"
     untrained = save_model(
         build_model("resnet9", 10, WIDTH).eval(), bundle.dataset_uri, tmp_path / "u"
@@ -274,7 +288,9 @@ def test_registry_promotes_the_better_model_only(
             *sets,
             outputs_dir=tmp_path / f"o{i}",
         )
+        reads.clear()
         outcome = benchmark.run(args)
+        assert reads == [opt.as_uri()]
         outcomes.append(outcome["promoted"])
         summary = json.loads((tmp_path / f"o{i}" / "summary.json").read_text())
         assert summary["promoted"] is outcome["promoted"]
@@ -361,7 +377,7 @@ def test_variants_and_report_in_s3(bundle: Bundle, s3_bucket, tmp_path: Path) ->
     args = bench_args(bundle.model_uri, opt, bundle.dataset_uri, report, *S3_SETS)
     args.output = report
     result = benchmark.run(args)
-    assert result["report"]["variants"]["torchscript"]["status"] == "measured"
+    assert "torchscript" in result["report"].measured
     client = s3_bucket.server.client()
     keys = {o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket.name)["Contents"]}
     assert {

@@ -21,9 +21,9 @@ import yaml
 from hera.workflows import WorkflowTemplate
 
 from flows import cifar
-from flows.deploy_step import deploy_templates
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.pod import config_args, pod_env
+from flows.serving_step import serving_templates
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
 from tests.cluster_install_steps import readme_commands, rendered_runtime
@@ -59,7 +59,7 @@ def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
     with WorkflowTemplate(
         name="serving", entrypoint="deploy", namespace=cfg.cluster.namespace
     ) as wt:
-        deploy_templates(cfg, config_args(cfg))
+        serving_templates(cfg, config_args(cfg))
     return [cifar.build_template(cfg).to_dict(), run_of(cfg), wt.to_dict()]
 
 

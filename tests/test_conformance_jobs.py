@@ -38,11 +38,11 @@ from hera.workflows import WorkflowTemplate
 
 from flows import cifar, cli
 from flows.cifar import build_template
-from flows.deploy_step import deploy_templates
 from flows.local.expr.evaluate import environment, evaluate, render
 from flows.manifests import trainjob
 from flows.manifests.names import labels
 from flows.manifests.pod import config_args
+from flows.serving_step import serving_templates
 from flows.train_step import delete_when
 from steps.common.config import load_config
 from tests import test_inferenceservice as ti
@@ -260,12 +260,12 @@ def test_every_render_and_its_jobs_pass_the_crds(tmp_path: Path, capsys) -> None
 
 def applied_services(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(where, resource template, service as applied) for every ``apply`` of the rendered
-    pipeline (once its DAG holds the deploy step) and of flows.deploy_step itself."""
+    pipeline (once its DAG holds the deploy step) and of flows.serving_step itself."""
     cfg = load_config(path, [])
     docs = [("template", build_template(cfg).to_dict())]
     with WorkflowTemplate(name="serving", entrypoint="deploy") as serving:
-        deploy_templates(cfg, config_args(cfg))
-    docs.append(("deploy_step", serving.to_dict()))
+        serving_templates(cfg, config_args(cfg))
+    docs.append(("serving_step", serving.to_dict()))
     found = []
     for form, data in docs:
         for name, template in templates(data).items():

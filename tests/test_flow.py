@@ -19,14 +19,13 @@ import pytest
 import yaml
 
 from flows import cifar, cli
-from flows.cifar import build_cron_workflow, build_submission, build_template
+from flows.cifar import ROLLBACK_DEPENDS, build_cron_workflow, build_submission, build_template
 from flows.local.expr.evaluate import environment, evaluate, render
 from flows.local.template_ref import resolve
 from flows.manifests import pytorchjob, trainjob
 from flows.manifests.names import FlowError
 from flows.manifests.pod import config_args, pod_env
 from flows.parameters import PARAMETERS, as_overrides, defaults
-from flows.serve_tasks import ROLLBACK_DEPENDS
 from flows.train_step import OWNER, delete_when, job_labels
 from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.config.loader import dump_config

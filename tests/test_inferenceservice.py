@@ -18,11 +18,11 @@ import yaml
 from hera.workflows import WorkflowTemplate
 from kubernetes.utils.quantity import parse_quantity
 
-from flows import deploy_step
-from flows.deploy_step import FAILURE, SUCCESS, deploy_templates
+from flows import serving_step
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.names import dns1035
 from flows.manifests.pod import config_args
+from flows.serving_step import FAILURE, SUCCESS, serving_templates
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build
 from tests import kserve_status as ks
@@ -35,9 +35,10 @@ VALUES |= {"model-version": "7", "previous-version": "6"}
 
 
 def rendered(cfg: PipelineConfig) -> dict[str, Any]:
-    """The deploy and rollback templates, as a WorkflowTemplate of their own."""
+    """The serving templates (deploy, serve-check, the rollbacks), as a WorkflowTemplate of
+    their own."""
     with WorkflowTemplate(name="serving", entrypoint="deploy") as wt:
-        deploy_templates(cfg, config_args(cfg))
+        serving_templates(cfg, config_args(cfg))
     return wt.to_dict()
 
 
@@ -228,7 +229,7 @@ DEPLOY = {  # case -> what Argo decides for `deploy`
     "crash-looping": "waiting",
     "crash-looping-past-deadline": "waiting",
     "ready": "succeeded",
-    # the known limit (flows/deploy_step.py): serve-check waits for the version instead
+    # the known limit (flows/serving_step.py): serve-check waits for the version instead
     "re-applied": "succeeded",
     "updating": "waiting",
     "update-crash-looping": "waiting",  # serve-check, waiting for the version, ends it
@@ -273,7 +274,7 @@ def test_kserve_keeps_ready_where_the_conditions_look() -> None:
     for case in DEPLOY:
         conditions = [c["type"] for c in status_of(case).get("conditions", [])]
         if conditions:
-            assert conditions[deploy_step.PREDICTOR_AT : deploy_step.READY_AT + 1] == [
+            assert conditions[serving_step.PREDICTOR_AT : serving_step.READY_AT + 1] == [
                 "PredictorReady",
                 "Ready",
             ], case
@@ -316,7 +317,10 @@ def test_every_service_passes_the_crd(tmp_path: Path) -> None:
     files = []
     for path in CONFIGS:
         doc = rendered(load_config(path, []))
-        services = [applied(t) for n, t in by_name(doc).items() if n != "rollback-delete"]
+        applies = [
+            t for t in by_name(doc).values() if t.get("resource", {}).get("action") == "apply"
+        ]
+        services = [applied(t) for t in applies]
         files.append(tmp_path / f"{path.stem}.yaml")
         files[-1].write_text(yaml.safe_dump_all([doc, *services], sort_keys=False))
     done = subprocess.run(

@@ -230,6 +230,44 @@ def test_the_architecture_import_diagram_is_the_code() -> None:
     assert {name for name, target in steps if target == "steps.common.version"} <= {"cli"}
 
 
+def dag_builders(root: Path) -> list[str]:
+    """The flows modules that import Hera's DAG, Task or Steps: where DAGs are built."""
+    found = []
+    for path in sorted([*root.glob("flows/*.py"), *root.glob("flows/manifests/*.py")]):
+        tree = ast.parse(path.read_text())
+        imported = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hera")
+            for alias in node.names
+        }
+        if imported & {"DAG", "Task", "Steps"}:
+            found.append(str(path.relative_to(root)))
+    return found
+
+
+def twice_defined_classes(root: Path) -> list[str]:
+    """Class names that flows/ defines in more than one place."""
+    seen: dict[str, int] = {}
+    for path in root.glob("flows/**/*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                seen[node.name] = seen.get(node.name, 0) + 1
+    return sorted(name for name, count in seen.items() if count > 1)
+
+
+def test_the_whole_dag_is_built_in_the_pipeline_definition() -> None:
+    """Issue 32: the pipeline's DAG and the exit handler's, edges and rollbacks included,
+    are built in flows/cifar.py, as Hera's examples build theirs; every other flows module
+    makes templates only (no DAG or Task built inside Hera's implicit context elsewhere)."""
+    assert dag_builders(REPO_ROOT) == ["flows/cifar.py"]
+
+
+def test_a_class_name_means_one_thing_in_flows() -> None:
+    """Issue 32: two different NamedTuples were both called ServingTemplates."""
+    assert twice_defined_classes(REPO_ROOT) == []
+
+
 def test_every_module_stays_near_300_lines() -> None:
     """The style guide keeps modules to ~300 lines, split by responsibility."""
     long = {

@@ -24,8 +24,8 @@ import torch
 from mlflow.exceptions import MlflowException
 
 from steps.benchmark import step as benchmark
+from steps.benchmark.registered_model import CLASSIFIER, CODE_PATHS
 from steps.common.config import PipelineConfig
-from steps.common.serving.log import CLASSIFIER, CODE_PATHS
 from steps.common.serving.strict_input import exact_array, install
 from steps.common.trained_model import load_test_split, load_trained, normalize
 from tests.mlflow_server import mlflow_models_serve

@@ -19,7 +19,7 @@ import pytest
 from flows.cifar import build_template
 from flows.container_step import retry_expression
 from flows.local.expr.evaluate import environment, evaluate
-from flows.serve_tasks import CHECK_FINAL_EXITS
+from flows.serving_step import CHECK_FINAL_EXITS
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.local_examples import run, states

@@ -9,71 +9,66 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from steps.benchmark.report import registry_line
+from steps.benchmark.results import BenchmarkReport
 
 STATS = ("p50_ms", "p90_ms", "p99_ms", "images_per_s", "peak_mem_mb")
 
 
-def table_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+def table_rows(report: BenchmarkReport) -> list[dict[str, Any]]:
     """One row per measured variant and batch size: the table MLflow shows."""
     return [
         {
             "variant": name,
-            "precision": variant["precision"],
-            "batch": int(batch),
-            **{stat: cell[stat] for stat in (*STATS, "speedup_vs_eager")},
-            "accuracy": variant["accuracy"],
-            "fastest_at_batch": report.get("fastest_by_batch", {}).get(batch) == name,
+            "precision": variant.precision,
+            "batch": batch,
+            **{stat: getattr(cell, stat) for stat in (*STATS, "speedup_vs_eager")},
+            "accuracy": variant.accuracy,
+            "fastest_at_batch": report.fastest_by_batch.get(batch) == name,
         }
-        for name, variant in report["variants"].items()
-        if variant["status"] == "measured"
-        for batch, cell in variant["batches"].items()
+        for name, variant in report.measured.items()
+        for batch, cell in variant.batches.items()
     ]
 
 
-def headline(report: dict[str, Any]) -> dict[str, float]:
+def headline(report: BenchmarkReport) -> dict[str, float]:
     """The few numbers a person looks for first; the rest is in the table."""
-    best = report["variants"][report["best_variant"]]
-    cell = best["batches"][str(report["gate_batch"])]
+    cell = report.best_at_gate
     return {
-        "bench/accuracy": report["variants"]["eager"]["accuracy"],
-        "bench/best/accuracy": best["accuracy"],
-        "bench/best/p50_ms": cell["p50_ms"],
-        "bench/best/images_per_s": cell["images_per_s"],
-        "bench/best/speedup_vs_eager": cell["speedup_vs_eager"],
+        "bench/accuracy": report.measured["eager"].accuracy,
+        "bench/best/accuracy": report.best.accuracy,
+        "bench/best/p50_ms": cell.p50_ms,
+        "bench/best/images_per_s": cell.images_per_s,
+        "bench/best/speedup_vs_eager": cell.speedup_vs_eager,
     }
 
 
-def description(report: dict[str, Any], report_uri: str) -> str:
+def description(report: BenchmarkReport, report_uri: str) -> str:
     """The run's description (``mlflow.note.content``): accuracy, best variant, links."""
-    best, gate = report["variants"][report["best_variant"]], str(report["gate_batch"])
-    cell = best["batches"][gate]
-    fastest = ", ".join(f"{b}: {n}" for b, n in report.get("fastest_by_batch", {}).items())
-    promotion = report["promotion"]
+    best, cell = report.best, report.best_at_gate
+    fastest = ", ".join(f"{b}: {n}" for b, n in report.fastest_by_batch.items())
+    promotion = report.promotion
     lines = [
-        f"**Test accuracy** {report['variants']['eager']['accuracy']:.4f} "
-        f"({report['architecture']}, {report['test_images']} test images)",
+        f"**Test accuracy** {report.measured['eager'].accuracy:.4f} "
+        f"({report.architecture}, {report.test_images} test images)",
         "",
-        f"**Best variant** {report['best_variant']} ({best['precision']}): p50 "
-        f"{cell['p50_ms']:.3f} ms at batch {gate}, {cell['images_per_s']:,.0f} images/s, "
-        f"{cell['speedup_vs_eager']:.2f}x eager, on {report['device_name']}",
+        f"**Best variant** {report.best_variant} ({best.precision}): p50 "
+        f"{cell.p50_ms:.3f} ms at batch {report.gate_batch}, {cell.images_per_s:,.0f} images/s, "
+        f"{cell.speedup_vs_eager:.2f}x eager, on {report.device_name}",
         "",
         f"**Fastest per batch size** {fastest}",
         "",
-        f"**Registry** {registry_line(promotion)}",
+        f"**Registry** {promotion.verdict()}",
         "",
         f"- report: `{report_uri}` (also the `benchmark/` artifacts of this run)",
-        f"- optimized variants: `{report['optimized_uri']}`",
-        f"- model: `{report['model_uri']}`",
+        f"- optimized variants: `{report.optimized_uri}`",
+        f"- model: `{report.model_uri}`",
     ]
-    if promotion.get("version"):
-        lines.append(
-            f"- registered: `models:/{promotion['registered_model']}/{promotion['version']}`"
-        )
+    if promotion.version:
+        lines.append(f"- registered: `models:/{promotion.registered_model}/{promotion.version}`")
     return "\n".join(lines)
 
 
-def log_to_mlflow(report: dict[str, Any], files: dict[str, bytes], report_uri: str) -> None:
+def log_to_mlflow(report: BenchmarkReport, files: dict[str, bytes], report_uri: str) -> None:
     """The numbers as one table (``bench/table``), a few headline metrics, the run's
     description, and the three files as artifacts: not a chart per number."""
     import mlflow
@@ -87,8 +82,8 @@ def log_to_mlflow(report: dict[str, Any], files: dict[str, bytes], report_uri: s
             mlflow.log_artifact(str(Path(tmp) / name), artifact_path="benchmark")
     mlflow.set_tags(
         {
-            "bench.best_variant": report["best_variant"],
-            "bench.device": report["device_name"],
+            "bench.best_variant": report.best_variant,
+            "bench.device": report.device_name,
             "mlflow.note.content": description(report, report_uri),
         }
     )

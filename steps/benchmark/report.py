@@ -1,11 +1,11 @@
 """The benchmark's outputs: ``report.md`` (a Markdown table per variant and batch size) and
 ``benchmark.png`` (latency and throughput against batch size, one line per variant),
-both drawn from the ``benchmark.json`` document. Plots use matplotlib's Agg backend."""
+both drawn from the report (``steps.benchmark.results``). Plots use matplotlib's Agg
+backend."""
 
 from __future__ import annotations
 
 import io
-from typing import Any
 
 import matplotlib
 
@@ -14,76 +14,58 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-
-def registry_line(promotion: dict[str, Any]) -> str:
-    """The decision as the report and the run's description say it: ``promoted: v1 (first
-    champion)``, ``not promoted: v4 (accuracy ... < ...)``."""
-    outcome = "promoted" if promotion["promoted"] else "not promoted"
-    if not promotion.get("version"):
-        return f"{outcome}: {promotion['reason']}"
-    return f"{outcome}: v{promotion['version']} ({promotion['reason']})"
+from steps.benchmark.results import BenchmarkReport
 
 
-def measured(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {n: v for n, v in report["variants"].items() if v["status"] == "measured"}
-
-
-def markdown(report: dict[str, Any]) -> str:
-    env = report["environment"]
+def markdown(report: BenchmarkReport) -> str:
+    env, settings = report.environment, report.settings
     lines = [
         "# Inference benchmark",
         "",
-        f"- device: **{report['device_name']}** ({report['device']}), torch {env['torch']}, "
+        f"- device: **{report.device_name}** ({report.device}), torch {env['torch']}, "
         f"torch-tensorrt {env['torch_tensorrt'] or 'not installed'}",
-        f"- model: `{report['model_uri']}` ({report['architecture']}), "
-        f"optimized: `{report['optimized_uri']}`",
-        f"- test images: {report['test_images']} from `{report['dataset_uri']}`",
-        f"- timing: {report['settings']['warmup_iters']} warm-up iterations and "
-        f"{report['settings']['warmup_s']:g} s at least, then at least "
-        f"{report['settings']['min_iters']} timed ones and until "
-        f"{report['settings']['time_budget_s']:g} s per cell ({report['settings']['clock']}); "
-        f"peak memory: {report['settings']['memory_method']}",
+        f"- model: `{report.model_uri}` ({report.architecture}), "
+        f"optimized: `{report.optimized_uri}`",
+        f"- test images: {report.test_images} from `{report.dataset_uri}`",
+        f"- timing: {settings['warmup_iters']} warm-up iterations and "
+        f"{settings['warmup_s']:g} s at least, then at least "
+        f"{settings['min_iters']} timed ones and until "
+        f"{settings['time_budget_s']:g} s per cell ({settings['clock']}); "
+        f"peak memory: {settings['memory_method']}",
     ]
-    if report.get("load_average"):
-        lines.append(f"- load average at start: {report['load_average']}")
+    if report.load_average:
+        lines.append(f"- load average at start: {report.load_average}")
     lines += [
-        f"- best variant: **{report['best_variant']}** (lowest p50 at batch "
-        f"{report['gate_batch']} among variants within the accuracy margin of eager)",
+        f"- best variant: **{report.best_variant}** (lowest p50 at batch "
+        f"{report.gate_batch} among variants within the accuracy margin of eager)",
         "- fastest per batch size (what the dispatcher runs): "
-        + ", ".join(f"{b}: {n}" for b, n in (report.get("fastest_by_batch") or {}).items()),
+        + ", ".join(f"{b}: {n}" for b, n in report.fastest_by_batch.items()),
         "",
         "| variant | precision | batch | p50 ms | p90 ms | p99 ms | images/s | vs eager | "
         "peak MB | accuracy |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name, variant in measured(report).items():
-        for batch, cell in variant["batches"].items():
+    for name, variant in report.measured.items():
+        for batch, cell in variant.batches.items():
             lines.append(
-                f"| {name} | {variant['precision']} | {batch} | {cell['p50_ms']:.3f} | "
-                f"{cell['p90_ms']:.3f} | {cell['p99_ms']:.3f} | {cell['images_per_s']:,.0f} | "
-                f"{cell['speedup_vs_eager']:.2f}x | {cell['peak_mem_mb']:.1f} | "
-                f"{variant['accuracy']:.4f} |"
+                f"| {name} | {variant.precision} | {batch} | {cell.p50_ms:.3f} | "
+                f"{cell.p90_ms:.3f} | {cell.p99_ms:.3f} | {cell.images_per_s:,.0f} | "
+                f"{cell.speedup_vs_eager:.2f}x | {cell.peak_mem_mb:.1f} | "
+                f"{variant.accuracy:.4f} |"
             )
-    skipped = {n: v for n, v in report["variants"].items() if v["status"] != "measured"}
-    if skipped:
+    if report.not_measured:
         lines += ["", "Not measured:", ""]
-        lines += [f"- {n}: {v['status']}: {v['reason']}" for n, v in skipped.items()]
-    slower = report.get("slower_than_eager") or []
-    if slower:
-        lines += ["", "Slower than eager somewhere: " + ", ".join(slower)]
-    promotion = report["promotion"]
-    lines += [
-        "",
-        "## Registry",
-        "",
-        f"- {registry_line(promotion)}",
-    ]
-    if promotion.get("version"):
-        lines.append(f"- `{promotion['registered_model']}` version {promotion['version']}")
+        lines += [f"- {n}: {v.status}: {v.reason}" for n, v in report.not_measured.items()]
+    if report.slower_than_eager:
+        lines += ["", "Slower than eager somewhere: " + ", ".join(report.slower_than_eager)]
+    promotion = report.promotion
+    lines += ["", "## Registry", "", f"- {promotion.verdict()}"]
+    if promotion.version:
+        lines.append(f"- `{promotion.registered_model}` version {promotion.version}")
     return "\n".join(lines) + "\n"
 
 
-def plot_png(report: dict[str, Any]) -> bytes:
+def plot_png(report: BenchmarkReport) -> bytes:
     """Latency (p50, log-log) and throughput against batch size; PNG bytes."""
     fig = plot_figure(report)
     buffer = io.BytesIO()
@@ -107,24 +89,24 @@ def _plain_log_axes(ax, batches: list[int]) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def plot_figure(report: dict[str, Any]):
+def plot_figure(report: BenchmarkReport):
     """The plot as a matplotlib figure (the caller closes it)."""
     fig, (lat_ax, thr_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for name, variant in measured(report).items():
-        batches = [int(b) for b in variant["batches"]]
-        cells = list(variant["batches"].values())
-        label = f"{name} ({variant['precision']})"
-        lat_ax.plot(batches, [c["p50_ms"] for c in cells], marker="o", label=label)
-        thr_ax.plot(batches, [c["images_per_s"] for c in cells], marker="o", label=label)
+    for name, variant in report.measured.items():
+        batches = list(variant.batches)
+        cells = list(variant.batches.values())
+        label = f"{name} ({variant.precision})"
+        lat_ax.plot(batches, [c.p50_ms for c in cells], marker="o", label=label)
+        thr_ax.plot(batches, [c.images_per_s for c in cells], marker="o", label=label)
     lat_ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel="p50 latency (ms)")
     thr_ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel="images/s")
     lat_ax.set_title("latency")
     thr_ax.set_title("throughput")
-    batches = sorted({int(b) for v in measured(report).values() for b in v["batches"]})
+    batches = sorted({b for v in report.measured.values() for b in v.batches})
     for ax in (lat_ax, thr_ax):
         ax.grid(alpha=0.3, which="both")
         _plain_log_axes(ax, batches)
     thr_ax.legend(fontsize=8)
-    fig.suptitle(f"{report['architecture']} on {report['device_name']}", fontsize=10)
+    fig.suptitle(f"{report.architecture} on {report.device_name}", fontsize=10)
     fig.tight_layout()
     return fig

@@ -12,9 +12,12 @@ REPORT_URI (``benchmark.json`` last), and into the outputs dir ``report.md``,
 ``benchmark.json``, ``previous-version`` (the version that held the alias before this run,
 "" if none), ``promoted`` (true/false), ``model-version`` (the registered version, "" if
 none) and ``summary.json`` (seconds, best_variant, promoted). With MLflow on,
-logs the numbers as a table (``benchmark/table.json``), a few ``bench/...``
-headline metrics, the run's description and the files, then registers the model and
-moves the alias only if it passes the gate (``steps.benchmark.registry``).
+registers the model and moves the alias only if it passes the gate
+(``steps.benchmark.champion``), then logs the numbers as a table (``benchmark/table.json``),
+a few ``bench/...`` headline metrics, the run's description and the files.
+
+The report is a ``steps.benchmark.results.BenchmarkReport``; ``variants.json`` is read
+once, here, and handed to whoever needs it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,7 @@ import torch
 
 from steps.benchmark.mlflow_run import log_to_mlflow
 from steps.benchmark.report import markdown, plot_png
+from steps.benchmark.results import BenchmarkReport, Measured, NotMeasured, Timing, fastest_by_batch
 from steps.benchmark.timing import memory_probe, summarize, time_calls
 from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.device import device_name, environment, pick_device
@@ -87,8 +92,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_config(args.config, args.overrides)
     device = pick_device()
     trained = load_trained(args.model, cfg.storage, device)
-    doc = open_optimized(args.optimized, trained, cfg.storage)
-    gate = _gate_batch(cfg, doc)
+    variants = open_optimized(args.optimized, trained, cfg.storage)  # variants.json, once
+    gate = _gate_batch(cfg, variants)
     split = load_test_split(args.dataset, cfg.storage)
     store = open_store(args.output, cfg.storage)
     tracked = None
@@ -98,17 +103,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tracked = open_run(cfg.tracking, args.mlflow_run_id, run_name="benchmark")
     succeeded = False
     try:
-        report = build_report(cfg, trained, doc, split, args, device, gate)
+        report = build_report(cfg, trained, variants, split, args.optimized, device, gate)
         if tracked:
-            from steps.benchmark.registry import promote_best
+            from steps.benchmark.champion import promote
 
-            example = normalize(split.images[:2].to(device), trained.mean, trained.std)
-            pixels = split.images[:4].permute(0, 2, 3, 1).contiguous().numpy()  # NHWC uint8
-            report["promotion"] = promote_best(
-                cfg, trained, report, example, tracked.run_id, pixels
-            )
+            promotion = promote(cfg, trained, report, variants, tracked.run_id, split.images[:4])
+            report = replace(report, promotion=promotion)
         files = {"report.md": markdown(report).encode(), "benchmark.png": plot_png(report)}
-        files["benchmark.json"] = json.dumps(report, indent=2).encode()
+        files["benchmark.json"] = json.dumps(report.document(), indent=2).encode()
         store.delete("benchmark.json")  # never a new report.md beside an old benchmark.json
         for name, data in files.items():  # benchmark.json last: it publishes the report
             store.write_bytes(name, data)
@@ -118,27 +120,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if tracked:
             tracked.finish(succeeded)
+    promotion = report.promotion
     summary = {
         **step_seconds(start),
-        "best_variant": report["best_variant"],
-        "promoted": report["promotion"]["promoted"],
+        "best_variant": report.best_variant,
+        "promoted": promotion.promoted,
         "report_uri": store.root,
-        "device": report["device_name"],
+        "device": report.device_name,
     }
     outputs = {name: files[name].decode() for name in ("report.md", "benchmark.json")}
     # The champion before this run ("" if none): what a failed live check rolls back to.
-    promotion = report["promotion"]
-    outputs["previous-version"] = promotion.get("previous_version", "")
+    outputs["previous-version"] = promotion.previous_version
     # What the deploy task reads: whether the alias moved, and to which registry version.
-    outputs["promoted"] = "true" if promotion["promoted"] else "false"
-    outputs["model-version"] = str(promotion.get("version", ""))
+    outputs["promoted"] = "true" if promotion.promoted else "false"
+    outputs["model-version"] = promotion.version
     write_outputs(args.outputs_dir, {**outputs, "summary.json": summary})
     print(store.root)
     return {**summary, "report": report}
 
 
-def _gate_batch(cfg: PipelineConfig, doc: dict[str, Any]) -> int:
-    bench, low, high = cfg.benchmark, doc["batch_range"]["min"], doc["batch_range"]["max"]
+def _gate_batch(cfg: PipelineConfig, variants: dict[str, Any]) -> int:
+    bench, low, high = cfg.benchmark, variants["batch_range"]["min"], variants["batch_range"]["max"]
     outside = [b for b in bench.batch_sizes if not low <= b <= high]
     if outside:
         raise ConfigError(
@@ -151,8 +153,8 @@ def _gate_batch(cfg: PipelineConfig, doc: dict[str, Any]) -> int:
     return gate
 
 
-def collect(cfg, trained, doc, opt_uri: str, device, workdir: Path):
-    """``{name: (precision, runner, prepare)}`` to measure, and ``{name: entry}`` not to."""
+def collect(cfg, trained, variants, opt_uri: str, device, workdir: Path):
+    """``{name: (precision, runner, prepare)}`` to measure, and ``{name: NotMeasured}`` not to."""
     runners: dict[str, tuple[str, Any, Any]] = {"eager": ("fp32", trained.model, lambda x: x)}
     if device.type == "cuda":
         half = cfg.optimize.gpu_precision
@@ -160,10 +162,10 @@ def collect(cfg, trained, doc, opt_uri: str, device, workdir: Path):
         model = copy.deepcopy(trained.model).to(dtype=dtype, memory_format=torch.channels_last)
         prepare = lambda x: x.to(dtype).contiguous(memory_format=torch.channels_last)  # noqa: E731
         runners[f"eager_{half}"] = (half, model, prepare)
-    skipped: dict[str, dict[str, Any]] = {}
-    for variant in load_variants(opt_uri, doc, cfg.storage, device, workdir):
+    skipped: dict[str, NotMeasured] = {}
+    for variant in load_variants(opt_uri, variants, cfg.storage, device, workdir):
         if variant.runner is None:
-            skipped[variant.name] = {"status": variant.status, "reason": variant.reason}
+            skipped[variant.name] = NotMeasured(variant.status, variant.reason)
             continue
         precision = variant.entry["precision"]
         dtype = DTYPES[precision]
@@ -171,21 +173,20 @@ def collect(cfg, trained, doc, opt_uri: str, device, workdir: Path):
     return runners, skipped
 
 
-def measure_all(cfg, runners, images: torch.Tensor, labels: torch.Tensor, max_batch, min_batch):
+def measure_all(
+    cfg, runners, images: torch.Tensor, labels: torch.Tensor, max_batch, min_batch
+) -> dict[str, Measured]:
     """Accuracy and per-batch timings of every runner; ``images`` normalised, on device.
     Per batch size the variants take turns, ``benchmark.rounds`` times, each round with a
     share of the iterations and time budget (see ``steps.benchmark.timing``)."""
     bench = cfg.benchmark
     rounds = bench.rounds
     probe = memory_probe(images.device)
-    results: dict[str, dict[str, Any]] = {}
-    for name, (precision, runner, prepare) in runners.items():
+    correct: dict[str, torch.Tensor] = {}
+    for name, (_, runner, prepare) in runners.items():
         logits = run_batched(runner, prepare(images), max_batch, min_batch)
-        correct = logits.argmax(1).cpu() == labels
-        accuracy = correct.float().mean().item()
-        results[name] = {"status": "measured", "precision": precision, "accuracy": accuracy}
-        results[name]["correct"] = pack_correct(correct.numpy())  # the live check's subsets
-        results[name]["batches"] = {}
+        correct[name] = logits.argmax(1).cpu() == labels
+    cells: dict[str, dict[int, dict[str, float]]] = {name: {} for name in runners}
     for batch in bench.batch_sizes:
         index = torch.arange(batch) % len(images)
         inputs = {name: prepare(images[index]) for name, (_, _, prepare) in runners.items()}
@@ -205,77 +206,67 @@ def measure_all(cfg, runners, images: torch.Tensor, labels: torch.Tensor, max_ba
                 )
                 peaks[name] = max(peaks[name], probe.peak_mb())
         for name in runners:
-            cell = summarize(times[name], batch, peaks[name])
-            results[name]["batches"][str(batch)] = cell
+            cell = cells[name][batch] = summarize(times[name], batch, peaks[name])
             print(
                 f"  {name:<14} bs {batch:<4} p50 {cell['p50_ms']:9.3f} ms  "
                 f"{cell['images_per_s']:10,.0f} images/s",
                 file=sys.stderr,
             )
-    eager = results["eager"]["batches"]
-    for variant in results.values():
-        for batch, cell in variant["batches"].items():
-            cell["speedup_vs_eager"] = eager[batch]["p50_ms"] / cell["p50_ms"]
-    return results
-
-
-def pick_best(results: dict[str, dict[str, Any]], gate: int, margin: float) -> str:
-    """Lowest p50 at the gate batch among variants within ``margin`` of eager's accuracy."""
-    return fastest_by_batch(results, margin)[str(gate)]
-
-
-def fastest_by_batch(results: dict[str, dict[str, Any]], margin: float) -> dict[str, str]:
-    """Per measured batch size, the variant with the lowest p50 among those within
-    ``margin`` of eager's accuracy: the table predict's and the served model's dispatcher
-    follow."""
-    floor = results["eager"]["accuracy"] - margin
-    eligible = {n: v for n, v in results.items() if v["accuracy"] >= floor}
-    batches = results["eager"]["batches"]
+    eager = cells["eager"]
     return {
-        b: min(eligible, key=lambda n, b=b: eligible[n]["batches"][b]["p50_ms"]) for b in batches
+        name: Measured(
+            precision=precision,
+            accuracy=correct[name].float().mean().item(),
+            correct=pack_correct(correct[name].numpy()),  # the live check's subsets
+            batches={
+                b: Timing(**cell, speedup_vs_eager=eager[b]["p50_ms"] / cell["p50_ms"])
+                for b, cell in cells[name].items()
+            },
+        )
+        for name, (precision, _, _) in runners.items()
     }
 
 
-def build_report(cfg, trained, doc, split, args, device, gate: int) -> dict[str, Any]:
-    """Load every variant, measure it, and assemble the ``benchmark.json`` document."""
+def build_report(cfg, trained, variants, split, opt_uri: str, device, gate: int) -> BenchmarkReport:
+    """Load every variant of ``variants`` (variants.json), measure it, and report."""
     count = cfg.benchmark.accuracy_samples or len(split.labels)
     images = normalize(split.images[:count].to(device), trained.mean, trained.std)
     labels = split.labels[:count]
     load = [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None
     print(f"Benchmarking on {device_name(device)}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="benchmark-") as tmp:
-        runners, skipped = collect(cfg, trained, doc, args.optimized, device, Path(tmp))
-        low, high = doc["batch_range"]["min"], doc["batch_range"]["max"]
-        results = measure_all(cfg, runners, images, labels, high, low)
-    return {
-        "format_version": 1,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model_uri": trained.uri,
-        "architecture": trained.meta["architecture"],
-        "optimized_uri": doc["optimized_uri"],
-        "dataset_uri": split.uri,
-        "dataset_digest": split.digest,
-        "test_images": len(labels),
-        "device": device.type,
-        "device_name": device_name(device),
-        "environment": environment(device),
-        "load_average": load,
-        "settings": {
+        runners, skipped = collect(cfg, trained, variants, opt_uri, device, Path(tmp))
+        low, high = variants["batch_range"]["min"], variants["batch_range"]["max"]
+        measured = measure_all(cfg, runners, images, labels, high, low)
+    # the table predict's and the served model's dispatcher follow; the best at the gate
+    fastest = fastest_by_batch(measured, cfg.benchmark.accuracy_margin)
+    return BenchmarkReport(
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        model_uri=trained.uri,
+        architecture=trained.meta["architecture"],
+        optimized_uri=variants["optimized_uri"],
+        dataset_uri=split.uri,
+        dataset_digest=split.digest,
+        test_images=len(labels),
+        device=device.type,
+        device_name=device_name(device),
+        environment=environment(device),
+        load_average=load,
+        settings={
             **cfg.benchmark.model_dump(mode="json", include=set(TIMING_FIELDS)),
             "clock": "CUDA events, synchronised" if device.type == "cuda" else "perf_counter",
             "memory_method": memory_probe(device).method,
         },
-        "variants": {**results, **skipped},
-        "gate_batch": gate,
-        "best_variant": pick_best(results, gate, cfg.benchmark.accuracy_margin),
-        "fastest_by_batch": fastest_by_batch(results, cfg.benchmark.accuracy_margin),
-        "slower_than_eager": sorted(
+        variants={**measured, **skipped},
+        gate_batch=gate,
+        best_variant=fastest[gate],
+        fastest_by_batch=fastest,
+        slower_than_eager=sorted(
             n
-            for n, v in results.items()
-            if any(c["speedup_vs_eager"] < 1 for c in v["batches"].values())
+            for n, v in measured.items()
+            if any(t.speedup_vs_eager < 1 for t in v.batches.values())
         ),
-        "promotion": {"promoted": False, "reason": "MLflow tracking off: nothing registered"},
-    }
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

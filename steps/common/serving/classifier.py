@@ -1,6 +1,6 @@
 """The served champion: an MLflow pyfunc (models-from-code) over the portable variants.
 
-Logged by ``steps.common.serving.log`` with this file as the model's code and
+Logged by ``steps.benchmark.registered_model`` with this file as the model's code and
 ``runners.py`` and ``strict_input.py`` beside it in ``code_paths``; ``mlflow models serve``
 executes it with only numpy, pandas, mlflow and the runtimes (no torch, no ``steps``).
 ``predict`` takes uint8 ``N x 32 x 32 x 3`` RGB images as staged, normalises them inside,

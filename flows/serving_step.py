@@ -1,13 +1,38 @@
-"""The deploy step and its rollback: Argo resource templates on the champion's
-InferenceService (flows/manifests/inferenceservice.py).
+"""The serving templates: ship the champion the benchmark promoted, check it live, and undo
+both if either fails: deploy is a transaction (flows/cifar.py's DAG wires them).
 
-- ``deploy``: ``kubectl apply`` of the service for the ``model-uri`` input (labelled with
-  the MLflow ``run-id`` and the ``model-version``); it succeeds when the service is Ready
-  and fails on a failed rollout or at its deadline, ``serving.ready_timeout_s``; its
-  outputs are the in-cluster ``url`` (``status.address.url``) and the ``external-url``
+    benchmark --(promoted == true)--> deploy --> serve-check
+        deploy or serve-check Failed / Errored --> rollback-alias
+                                              \\-> rollback-apply  (a previous version)
+                                              \\-> rollback-delete (a first deployment)
+
+- ``deploy``: ``kubectl apply`` of the champion's InferenceService
+  (flows/manifests/inferenceservice.py) for the ``model-uri`` input (labelled with the
+  MLflow ``run-id`` and the ``model-version``); it succeeds when the service is Ready and
+  fails on a failed rollout or at its deadline, ``serving.ready_timeout_s``; its outputs
+  are the in-cluster ``url`` (``status.address.url``) and the ``external-url``
   (``status.url``). No ownerReference: the service outlives the workflow.
-- ``rollback-apply``: the same service for the registry version ``previous-version``.
-- ``rollback-delete``: deletes the service (a first deployment that failed).
+- ``serve-check`` (``python -m steps.serve_check``): waits up to ``serving.ready_timeout_s``
+  for the endpoint to serve the promoted version, then checks the staged test split
+  against it; a verdict against it moves the alias back and exits 3, which is final (a
+  wrong version or accuracy is not retried); what is no answer is retried, and a retry
+  never passes once the alias went back.
+- ``rollback-alias`` (``python -m steps.serve_check.rollback``): the alias back from this
+  run's version to the one before it, whatever ended deploy or serve-check (a failure
+  condition, a deadline, an Error); after serve-check's own rollback it finds the alias
+  already back and moves nothing, so the alias moves back once.
+- ``rollback-apply``: the same service for the registry version ``previous-version``;
+  ``rollback-delete``: deletes the service (a first deployment that failed).
+
+So a run ends with the alias and the served version agreeing: Succeeded serves the new
+version; a failed deploy or check serves the previous one (or nothing after a first
+deployment). The run ends Failed then: Argo ends a DAG by its leaves (v4.0.5
+workflow/controller/dag.go assessDAGPhase), and a Skipped leaf is not Completed
+(pkg/apis/workflow/v1alpha1/workflow_types.go NodePhase.Completed): it takes the phase of
+the branch that reached it. One of the two service rollbacks is always Skipped, reached
+from the failed deploy or check, so the workflow ends Failed even when every rollback
+succeeded (and the exit handler ends the MLflow run FAILED); when the check passes all
+three rollbacks are Omitted with its Succeeded.
 
 Argo (v4.0.5 workflow/executor/resource.go) runs an apply as ``kubectl apply -f manifest
 -o json``, then GETs the object at once and every 5 s after until a condition holds
@@ -27,21 +52,23 @@ the new spec, so on a re-apply over a service that was Ready (a new champion, a 
 it reads the previous version's Ready and succeeds; the conditions cannot compare
 generations (KServe's status.observedGeneration is its Deployment's). So ``serve-check``
 is the gate: it waits up to ``serving.ready_timeout_s`` (this step's deadline too) for the
-endpoint to serve the version deployed, and a failure of either step rolls back
-(flows/serve_tasks.py).
+endpoint to serve the version deployed, and a failure of either step rolls back.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import yaml
-from hera.workflows import Artifact, Parameter, RawArtifact, Resource
+from hera.workflows import Artifact, Container, Parameter, RawArtifact, Resource
 from hera.workflows import models as m
 
+from flows.container_step import container_step, file_output
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.names import APP
+from flows.manifests.pod import OUTPUTS_DIR
 from flows.parameters import input_ref
 from steps.common.config import PipelineConfig
 
@@ -68,12 +95,18 @@ SUCCESS = f"status.conditions.{READY_AT}.type == Ready, status.conditions.{READY
 # Argo's first GET after a later apply reads. A crash-looping first deployment, and pods
 # that never start (no node fits), are therefore learnt of by the step's deadline,
 # serving.ready_timeout_s; a crash-looping update by serve-check, which waits as long for
-# the new version (flows/serve_tasks.py), or by ProgressDeadlineExceeded.
+# the new version, or by ProgressDeadlineExceeded.
 FAILURE = f"status.conditions.{PREDICTOR_AT}.reason in (FailedCreate, ProgressDeadlineExceeded)"
+# serve-check's exits that a retry would only repeat or overturn: 2 a user error,
+# 3 the endpoint's verdict (steps.serve_check.step.VERDICT_EXIT; not imported here:
+# rendering must not load mlflow)
+CHECK_FINAL_EXITS = (2, 3)
 
 
 class ServingTemplates(NamedTuple):
     deploy: Resource
+    serve_check: Container
+    rollback_alias: Container
     rollback_apply: Resource
     rollback_delete: Resource
 
@@ -115,9 +148,10 @@ def _apply(
     )
 
 
-def deploy_templates(cfg: PipelineConfig, settings: list[str]) -> ServingTemplates:
-    """``settings``: every step's ``--set`` arguments (the server keeps its sections); the
-    manifests are ``manifestFrom`` raw artifacts."""
+def serving_templates(cfg: PipelineConfig, settings: Sequence[str]) -> ServingTemplates:
+    """The five templates, inside the active workflow context. ``settings``: every step's
+    ``--set`` arguments (the server keeps its sections); the manifests are
+    ``manifestFrom`` raw artifacts."""
     urls = [
         Parameter(name="url", value_from=m.ValueFrom(json_path="{.status.address.url}")),
         Parameter(name="external-url", value_from=m.ValueFrom(json_path="{.status.url}")),
@@ -126,7 +160,10 @@ def deploy_templates(cfg: PipelineConfig, settings: list[str]) -> ServingTemplat
         cfg,
         name="deploy",
         text=manifest(
-            cfg, settings, model_uri=input_ref("model-uri"), version=input_ref("model-version")
+            cfg,
+            list(settings),
+            model_uri=input_ref("model-uri"),
+            version=input_ref("model-version"),
         ),
         inputs=["model-uri", "run-id", "model-version"],
         failure=FAILURE,
@@ -141,7 +178,7 @@ def deploy_templates(cfg: PipelineConfig, settings: list[str]) -> ServingTemplat
         name="rollback-apply",
         text=manifest(
             cfg,
-            settings,
+            list(settings),
             model_uri=f"models:/{cfg.benchmark.registered_model}/{previous}",
             version=previous,
         ),
@@ -149,10 +186,13 @@ def deploy_templates(cfg: PipelineConfig, settings: list[str]) -> ServingTemplat
         failure=None,
         outputs=None,
     )
-    return ServingTemplates(deploy, rollback_apply, delete_template(cfg))
+    rollback_delete = _delete(cfg)
+    # Hera lists templates in the order they are made: the resources, then the containers.
+    check, alias = _serve_check(cfg, settings), _rollback_alias(cfg, settings)
+    return ServingTemplates(deploy, check, alias, rollback_apply, rollback_delete)
 
 
-def delete_template(cfg: PipelineConfig) -> Resource:
+def _delete(cfg: PipelineConfig) -> Resource:
     """Deletes the service by name: Argo runs ``kubectl delete --ignore-not-found <flags>
     -o name`` (v4.0.5 resource.go getKubectlArguments), so a service already gone is no
     error. kubectl then waits for it to go (KServe's finalizer) and, if it may not watch,
@@ -163,4 +203,39 @@ def delete_template(cfg: PipelineConfig) -> Resource:
         flags=[RESOURCE, cfg.serving.name],
         active_deadline_seconds=deadline_s(cfg),
         labels={f"{APP}/step": "rollback-delete"},
+    )
+
+
+def _serve_check(cfg: PipelineConfig, settings: Sequence[str]) -> Container:
+    args = ["--url", input_ref("url"), "--dataset", input_ref("dataset-uri")]
+    args += ["--benchmark", input_ref("benchmark-uri"), "--mlflow-run-id", input_ref("run-id")]
+    args += ["--wait-s", f"{cfg.serving.ready_timeout_s:g}"]  # deploy's deadline too
+    return container_step(
+        cfg,
+        name="serve-check",
+        image="serve",
+        module="steps.serve_check",
+        args=[*args, "--outputs-dir", OUTPUTS_DIR],
+        settings=settings,
+        inputs=["url", "dataset-uri", "benchmark-uri", "run-id"],
+        # declared, so the outputs directory is the task's own in a local run too
+        outputs=[file_output(n, n) for n in ("passed", "accuracy")],
+        final_exit_codes=CHECK_FINAL_EXITS,
+    )
+
+
+def _rollback_alias(cfg: PipelineConfig, settings: Sequence[str]) -> Container:
+    return container_step(
+        cfg,
+        name="rollback-alias",
+        image="serve",
+        module="steps.serve_check.rollback",
+        args=[
+            *("--version", input_ref("version")),
+            *("--previous-version", input_ref("previous-version")),
+            *("--reason", input_ref("reason"), "--mlflow-run-id", input_ref("run-id")),
+        ],
+        settings=settings,
+        inputs=["version", "previous-version", "reason", "run-id"],
+        tracking=True,  # a small registry call: the bookkeeping steps' resources
     )

@@ -1,0 +1,62 @@
+"""The optimize image's two steps: ``optimize`` (every variant of the trained model, each
+gated against it) and ``benchmark`` (every variant timed; the report as artifacts, the
+registry's decision as outputs). Both run on ``cluster.optimize_gpus``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hera.workflows import Container
+
+from flows.container_step import container_step, file_output, report_artifact
+from flows.manifests.pod import OUTPUTS_DIR
+from flows.parameters import input_ref
+from steps.common.config import PipelineConfig
+
+MODEL_ARGS = ["--model", input_ref("model-uri")]
+OPTIMIZED_ARGS = ["--optimized", input_ref("optimized-uri")]
+DATASET_ARGS = ["--dataset", input_ref("dataset-uri")]
+RUN_ARGS = ["--mlflow-run-id", input_ref("run-id"), "--outputs-dir", OUTPUTS_DIR]
+
+
+def optimize_template(cfg: PipelineConfig, settings: Sequence[str]) -> Container:
+    """``optimize``: every variant of the trained model, each gated against it."""
+    return container_step(
+        cfg,
+        name="optimize",
+        image="optimize",
+        module="steps.optimize",
+        args=[*MODEL_ARGS, *DATASET_ARGS, "--output", input_ref("optimized-uri"), *RUN_ARGS],
+        settings=settings,
+        inputs=["model-uri", "dataset-uri", "optimized-uri", "run-id"],
+        outputs=[file_output("optimized", "optimized_uri")],
+        gpus=cfg.cluster.optimize_gpus,
+    )
+
+
+def benchmark_template(cfg: PipelineConfig, settings: Sequence[str]) -> Container:
+    """``benchmark``: every variant timed; the report as artifacts, the registry's decision
+    (``promoted``, the versions) as outputs."""
+    report = [
+        report_artifact("report", "report.md"),
+        report_artifact("benchmark", "benchmark.json"),
+    ]
+    decision = [file_output(n, n) for n in ("promoted", "model-version", "previous-version")]
+    return container_step(
+        cfg,
+        name="benchmark",
+        image="optimize",
+        module="steps.benchmark",
+        args=[
+            *MODEL_ARGS,
+            *OPTIMIZED_ARGS,
+            *DATASET_ARGS,
+            "--output",
+            input_ref("output-uri"),
+            *RUN_ARGS,
+        ],
+        settings=settings,
+        inputs=["model-uri", "optimized-uri", "dataset-uri", "output-uri", "run-id"],
+        outputs=[*report, *decision],
+        gpus=cfg.cluster.optimize_gpus,
+    )

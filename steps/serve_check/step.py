@@ -44,7 +44,7 @@ from urllib.parse import urlparse
 
 from steps.common.config import PipelineConfig, StorageConfig, load_config
 from steps.common.dataset import read_manifest, read_split
-from steps.common.per_image import prefix_accuracy
+from steps.common.per_image import mixed_accuracy_bounds
 from steps.common.step_cli import add_common, run_main, tracking_wanted, write_outputs
 from steps.common.storage import open_store
 from steps.common.storage.uri import split_uri
@@ -128,9 +128,12 @@ def check_count(cfg: PipelineConfig, doc: dict[str, Any], available: int) -> int
 
 def expected_accuracy(doc: dict[str, Any], count: int | None = None) -> tuple[float, float, str]:
     """The benchmark's accuracy for what the registered model runs, over its first
-    ``count`` test images (default: all it measured): the lowest and highest of the
-    variants its dispatcher picks (concurrent requests may be batched onto another), and
-    their names."""
+    ``count`` test images (default: all it measured), as a range, and the variants' names.
+    Its dispatcher answers each request with the variant of its batch size, and
+    concurrent requests may be batched onto another, so an image may be answered by any
+    of them: from the per-image results, the range runs from the images every variant got
+    right to those any one did (``per_image.mixed_accuracy_bounds``); an older
+    benchmark.json without them gives the lowest and highest variant accuracy."""
     served = doc.get("promotion", {}).get("served_by_batch") or {"any": "eager"}
     names = sorted(set(served.values()))
     measured = int(doc["test_images"])
@@ -140,21 +143,22 @@ def expected_accuracy(doc: dict[str, Any], count: int | None = None) -> tuple[fl
         variants = [doc["variants"][name] for name in names]
     except (KeyError, TypeError):
         raise BadInput(missing) from None
-    subset = count < measured
-    if subset and not all(isinstance(v, dict) and "correct" in v for v in variants):
+    per_image = all(isinstance(v, dict) and "correct" in v for v in variants)
+    if count < measured and not per_image:
         raise BadInput(
             f"serving.check_samples {count} < the benchmark's {measured} images, and its "
             "benchmark.json has no per-image results (an older benchmark): set "
             "serving.check_samples to null"
         )
     try:
-        values = [
-            prefix_accuracy(v["correct"], measured, count) if subset else float(v["accuracy"])
-            for v in variants
-        ]
+        if per_image:
+            low, high = mixed_accuracy_bounds([v["correct"] for v in variants], measured, count)
+        else:
+            values = [float(v["accuracy"]) for v in variants]
+            low, high = min(values), max(values)
     except (KeyError, TypeError, ValueError):
         raise BadInput(missing) from None
-    return min(values), max(values), ", ".join(names)
+    return low, high, ", ".join(names)
 
 
 def check_batches(dataset: str, cfg: PipelineConfig, doc: dict[str, Any], batch: int) -> Batches:

@@ -140,9 +140,12 @@ def failed_doc(champion: dict, version: str, previous: str, claimed: float | Non
     writes it; ``claimed``: the accuracy it says the served variants have."""
     doc = json.loads(json.dumps(champion["doc"]))
     doc["promotion"].update(version=version, previous_version=previous, promoted=True)
-    if claimed is not None:
+    if claimed is not None:  # the accuracy and the per-image results it is made of
+        images = int(doc["test_images"])
+        correct = np.arange(images) < round(claimed * images)
         for name in set(doc["promotion"]["served_by_batch"].values()):
             doc["variants"][name]["accuracy"] = claimed
+            doc["variants"][name]["correct"] = pack_correct(correct)
     return doc
 
 

@@ -1,17 +1,40 @@
 """The live check's view of the endpoint: the project's serving client
-(``steps.common.serving.client``: keep-alive, timeouts, the scoring protocol of ``mlflow
-models serve`` and ``python -m steps.serve``), one per thread, with the check's two
-failures told apart: nothing answered (``Unreachable``) or a wrong answer (``BadAnswer``)."""
+(``steps.common.serving.client``: keep-alive, timeouts), one per thread, speaking the
+protocol the endpoint answers (``serving.check_protocol``): the Open Inference Protocol
+with binary tensors, which ``python -m steps.serve`` declares at ``GET /v2`` and KServe's
+own clients use, or MLflow's scoring protocol (``/invocations``), the one ``mlflow models
+serve`` has. The check's two failures told apart: nothing answered (``Unreachable``) or
+a wrong answer (``BadAnswer``)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from dataclasses import dataclass
 
-from steps.common.serving.client import ServingClient, ServingError, request_body
+import numpy as np
 
-encode = request_body  # {"inputs": N x 32 x 32 x 3 whole numbers}
+from steps.common.serving.client import (
+    ServingClient,
+    ServingError,
+    infer_path,
+    oip_request,
+    request_body,
+)
+
+OPEN_INFERENCE = "v2"  # POST /v2/models/<name>/infer, the images' bytes after a JSON header
+MLFLOW = "mlflow"  # POST /invocations, {"inputs": N x 32 x 32 x 3 whole numbers}
+BINARY_EXTENSION = "binary_tensor_data"  # what a server lists at GET /v2 to take bytes
+
+
+@dataclass(frozen=True)
+class Request:
+    """One batch of images, encoded once for the endpoint's protocol."""
+
+    path: str
+    body: bytes
+    headers: dict[str, str]
 
 
 class Unreachable(RuntimeError):
@@ -24,12 +47,33 @@ class BadAnswer(RuntimeError):
 
 
 class Endpoint:
-    """``base`` (``http://host:port[/prefix]``): each thread keeps its own client."""
+    """``base`` (``http://host:port[/prefix]``): each thread keeps its own client.
+    ``protocol``: ``auto`` (``choose_protocol`` asks the server), ``v2`` or ``mlflow``;
+    ``model``: the name the Open Inference Protocol's routes take."""
 
-    def __init__(self, base: str, timeout_s: float) -> None:
+    def __init__(
+        self, base: str, timeout_s: float, protocol: str = "auto", model: str = ""
+    ) -> None:
         self.base = base.rstrip("/")
         self.timeout_s = timeout_s
+        self.protocol, self.model = protocol, model
         self.local = threading.local()
+
+    def choose_protocol(self) -> str:
+        """The protocol the check speaks: as configured, or with ``auto`` the Open Inference
+        Protocol where the server declares its binary extension at ``GET /v2``, else
+        MLflow's scoring protocol."""
+        if self.protocol == "auto":
+            extensions = self._client().server_extensions() or []
+            self.protocol = OPEN_INFERENCE if BINARY_EXTENSION in extensions else MLFLOW
+        return self.protocol
+
+    def encode(self, images: np.ndarray) -> Request:
+        """``images`` (uint8 N x 32 x 32 x 3) as one request in the chosen protocol."""
+        if self.choose_protocol() == OPEN_INFERENCE:
+            body, headers = oip_request(images, binary=True, outputs=["class"])
+            return Request(infer_path(self.model), body, headers)
+        return Request("/invocations", request_body(images), {"Content-Type": "application/json"})
 
     def _client(self) -> ServingClient:
         client = getattr(self.local, "client", None)
@@ -89,21 +133,28 @@ class Endpoint:
                 )
             time.sleep(min(0.5 if matched == 0 else 0.05, max(0.0, deadline - time.monotonic())))
 
-    def classify(self, body: bytes, count: int) -> list[int]:
-        """POST one encoded batch of ``count`` images; the classes it came back with."""
+    def classify(self, request: Request, count: int) -> list[int]:
+        """Send one encoded batch of ``count`` images; the classes it came back with."""
+        route = f"POST {request.path}"
         try:
-            rows = self._client().post(body)
+            if request.path == "/invocations":
+                rows = self._client().post(request.body)
+            else:
+                outputs = self._client().post_infer(request.path, request.body, request.headers)
         except ServingError as exc:
             if exc.status == 0:
                 raise Unreachable(str(exc)) from None
-            raise BadAnswer(f"POST /invocations answered {exc}") from None
-        try:
-            classes = [row["class"] for row in json.loads(rows)["predictions"]]
-        except (ValueError, KeyError, TypeError):
-            first = rows[:300].decode(errors="replace")
-            raise BadAnswer(
-                f"POST /invocations answered 200 without predictions: {first}"
-            ) from None
+            raise BadAnswer(f"{route} answered {exc}") from None
+        if request.path == "/invocations":
+            try:
+                classes = [row["class"] for row in json.loads(rows)["predictions"]]
+            except (ValueError, KeyError, TypeError):
+                first = rows[:300].decode(errors="replace")
+                raise BadAnswer(f"{route} answered 200 without predictions: {first}") from None
+        else:
+            if "class" not in outputs:
+                raise BadAnswer(f"{route} answered 200 without a class output: {sorted(outputs)}")
+            classes = outputs["class"].reshape(-1).tolist()
         if len(classes) != count:
             raise BadAnswer(f"sent {count} images, got {len(classes)} predictions back")
         return classes

@@ -8,12 +8,12 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from steps.common.dataset import NUM_CLASSES
-from steps.serve_check.http import BadAnswer, Endpoint
+from steps.serve_check.http import BadAnswer, Endpoint, Request
 
 
 class TimedOut(RuntimeError):
@@ -22,10 +22,15 @@ class TimedOut(RuntimeError):
 
 @dataclass
 class Batches:
-    """The check's requests, encoded once and sent at every concurrency."""
+    """The check's requests (uint8 images, a batch each, and their labels), encoded once
+    for the endpoint's protocol (``encode_for``) and sent at every concurrency."""
 
-    bodies: list[bytes]
+    images_by_request: list[np.ndarray]
     labels: list[np.ndarray]
+    requests: list[Request] = field(default_factory=list)
+
+    def encode_for(self, endpoint: Endpoint) -> None:
+        self.requests = [endpoint.encode(images) for images in self.images_by_request]
 
     @property
     def images(self) -> int:
@@ -35,9 +40,9 @@ class Batches:
 def measure(endpoint: Endpoint, batches: Batches, concurrency: int, deadline: float) -> dict:
     """One pass over ``batches`` with ``concurrency`` clients; stops at ``deadline``
     (``time.monotonic()``), raising TimedOut. Raises the first request's failure."""
-    latencies = [0.0] * len(batches.bodies)
-    correct = [0] * len(batches.bodies)
-    cursor = iter(range(len(batches.bodies)))
+    latencies = [0.0] * len(batches.requests)
+    correct = [0] * len(batches.requests)
+    cursor = iter(range(len(batches.requests)))
     lock = threading.Lock()
     failed = threading.Event()
 
@@ -52,7 +57,7 @@ def measure(endpoint: Endpoint, batches: Batches, concurrency: int, deadline: fl
                     raise TimedOut(f"at concurrency {concurrency}, batch {index}")
                 labels = batches.labels[index]
                 began = time.perf_counter()
-                classes = endpoint.classify(batches.bodies[index], len(labels))
+                classes = endpoint.classify(batches.requests[index], len(labels))
                 latencies[index] = time.perf_counter() - began
                 got = np.asarray(classes)
                 if got.dtype.kind not in "iu" or got.min() < 0 or got.max() >= NUM_CLASSES:

@@ -46,7 +46,8 @@ def summary(
         "accuracy_margin": cfg.benchmark.accuracy_margin,
         "images": batches.images,
         "benchmark_images": doc["test_images"],
-        "requests_per_pass": len(batches.bodies),
+        "requests_per_pass": len(batches.images_by_request),
+        "protocol": check.get("protocol", ""),
         "by_concurrency": {str(r["concurrency"]): r for r in results},
         "version": str(promotion.get("version") or ""),
         # GET /v2/models/<name> said this version is served (False: no such route there)

@@ -48,7 +48,7 @@ from steps.common.per_image import mixed_accuracy_bounds
 from steps.common.step_cli import add_common, run_main, tracking_wanted, write_outputs
 from steps.common.storage import open_store
 from steps.common.storage.uri import split_uri
-from steps.serve_check.http import BadAnswer, Endpoint, Unreachable, encode
+from steps.serve_check.http import BadAnswer, Endpoint, Unreachable
 from steps.serve_check.load import Batches, TimedOut, measure
 from steps.serve_check.report import log_check, outputs, summary
 from steps.serve_check.rollback import roll_back_promotion, rolled_back_before
@@ -162,14 +162,14 @@ def expected_accuracy(doc: dict[str, Any], count: int | None = None) -> tuple[fl
 
 
 def check_batches(dataset: str, cfg: PipelineConfig, doc: dict[str, Any], batch: int) -> Batches:
-    """The first images of the test split, as many as ``check_count``, encoded once in
-    requests of ``batch``."""
+    """The first images of the test split, as many as ``check_count``, in requests of
+    ``batch`` (encoded once the endpoint's protocol is known)."""
     store = open_store(dataset, cfg.storage)
     images, labels = read_split(store, read_manifest(store), "test")
     count = check_count(cfg, doc, len(labels))
     starts = range(0, count, batch)
     return Batches(
-        [encode(images[i : min(i + batch, count)]) for i in starts],
+        [images[i : min(i + batch, count)] for i in starts],
         [labels[i : min(i + batch, count)] for i in starts],
     )
 
@@ -185,7 +185,8 @@ def run_check(
     version); then, within ``args.time_limit_s``, every concurrency in turn. ``failure``
     names the first thing that went wrong (a verdict); an endpoint that stops answering
     once it served raises ``NoVerdict``."""
-    endpoint = Endpoint(args.url, args.timeout_s)
+    model = deployed[0] if deployed else served_model_name(cfg)
+    endpoint = Endpoint(args.url, args.timeout_s, cfg.serving.check_protocol, model)
     started = time.monotonic()
     results: list[dict[str, Any]] = []
     failure, confirmed = None, False
@@ -195,6 +196,7 @@ def run_check(
             spent = time.monotonic() - started
             left = max(0.0, args.wait_s - spent)
             confirmed = endpoint.wait_version(*deployed, left, waited_s=args.wait_s - left)
+        batches.encode_for(endpoint)  # the protocol it answers, asked once it is ready
         deadline = time.monotonic() + args.time_limit_s
         for concurrency in sorted(set(cfg.serving.check_concurrency)):
             try:
@@ -219,7 +221,11 @@ def run_check(
                 f"({names}) within {margin:g}"
             )
             break
-    return {"results": results, "failure": failure, "version_confirmed": confirmed}
+    protocol = endpoint.protocol if endpoint.protocol != "auto" else ""
+    return {
+        "results": results, "failure": failure, "version_confirmed": confirmed,
+        "protocol": protocol,
+    }  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -263,6 +269,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise CheckFailed(f"{check['failure']}; {decision}")
     print(f"serve-check passed: {args.url} accuracy {result['accuracy']:.4f}")
     return result
+
+
+def served_model_name(cfg: PipelineConfig) -> str:
+    """The name the endpoint's Open Inference Protocol routes take when this run deployed
+    nothing: the registered model's (``python -m steps.serve`` of ``models:/NAME@alias``
+    answers as NAME)."""
+    return cfg.benchmark.registered_model
 
 
 def deployed_version(cfg: PipelineConfig, promotion: dict[str, Any]) -> tuple[str, str] | None:

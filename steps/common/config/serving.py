@@ -3,7 +3,7 @@ cluster, a local process here), how the server batches, and what the live check 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -38,6 +38,12 @@ class ServingConfig(Section):
     )
     check_concurrency: list[int] = Field(
         default_factory=lambda: [1, 8], description="concurrent clients the live check uses"
+    )
+    check_protocol: Literal["auto", "v2", "mlflow"] = Field(
+        "auto",
+        description="what the live check speaks: v2, the Open Inference Protocol with binary "
+        "tensors (python -m steps.serve, KServe's clients); mlflow, /invocations (mlflow "
+        "models serve); auto: v2 where the server declares it at GET /v2",
     )
     check_samples: int | None = Field(
         None, ge=1, description="test images the live check sends; null: the whole test split"

@@ -84,6 +84,11 @@ def oip_request(
     return header + images.tobytes(), headers
 
 
+def infer_path(model: str, version: str | None = None) -> str:
+    """The Open Inference Protocol's inference route for ``model`` (and ``version``)."""
+    return f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
+
+
 def oip_outputs(body: bytes, header_length: int | None) -> dict[str, np.ndarray]:
     """An inference response's outputs by name, each as an array of its shape."""
     head = body if header_length is None else body[:header_length]
@@ -157,12 +162,28 @@ class ServingClient:
         of uint8 ``images``; each output by name (``class``, ``class_name``,
         ``probabilities``, or those named in ``outputs``)."""
         body, headers = oip_request(images, binary, outputs)
-        path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
+        return self.post_infer(infer_path(model, version), body, headers)
+
+    def post_infer(self, path: str, body: bytes, headers: dict[str, str]) -> dict[str, np.ndarray]:
+        """POST a ready Open Inference Protocol request (``oip_request``) to ``path``
+        (``/v2/models/<model>[/versions/<v>]/infer``); its outputs by name."""
         status, data, answer = self._request("POST", path, body, headers)
         if status != 200:
             raise ServingError(status, _error_message(data))
         length = answer.get("inference-header-content-length")
         return oip_outputs(data, int(length) if length is not None else None)
+
+    def server_extensions(self) -> list[str] | None:
+        """The Open Inference Protocol extensions the server declares (``GET /v2``: server
+        metadata, e.g. ``binary_tensor_data``); None from a server without the route
+        (``mlflow models serve``) or an answer that is not the protocol's."""
+        status, data, _ = self._request("GET", "/v2", None)
+        if status != 200:
+            return None
+        try:
+            return [str(name) for name in json.loads(data).get("extensions", [])]
+        except (ValueError, AttributeError, TypeError):
+            return None
 
     def predict(self, images: np.ndarray) -> list[dict[str, Any]]:
         """One row per image: ``class``, ``class_name``, ``probabilities``."""

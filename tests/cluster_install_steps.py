@@ -1,4 +1,4 @@
-"""The README's install, command by command, against what each command applies: does every
+"""docs/cluster.md's install, command by command, against what each command applies: does every
 object reach an API server that can take it?
 
 A fresh cluster refuses an object whose kind no established CRD serves yet: kubectl maps
@@ -44,7 +44,7 @@ CA_BUNDLE_WAIT = "--for=jsonpath={.webhooks[0].clientConfig.caBundle}"
 ESTABLISHED_WAIT = "--for=condition=established"
 CERT_MANAGER_FILE = "configs/cluster/vendor/cert-manager/cert-manager.yaml"
 ARGO = "argoproj.io/v1alpha1"
-README = Path(__file__).resolve().parents[1] / "README.md"
+CLUSTER_DOC = Path(__file__).resolve().parents[1] / "docs" / "cluster.md"
 
 
 @dataclass
@@ -70,9 +70,9 @@ class Install:
     state: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (kind, name)
 
 
-def readme_cluster_steps() -> list[tuple[str, list[str]]]:
-    """README "Run it on a cluster": each numbered step's comments and commands."""
-    section = README.read_text().split("\n## Run it on a cluster\n")[1]
+def cluster_steps() -> list[tuple[str, list[str]]]:
+    """docs/cluster.md "Install, step by step": each numbered step's comments and commands."""
+    section = CLUSTER_DOC.read_text().split("\n## Install, step by step\n")[1]
     block = section.split("\n## ")[0].split("```bash\n")[1].split("```")[0]
     steps = []
     for text in re.split(r"\n(?=# \d+\. )", block.strip()):
@@ -82,9 +82,9 @@ def readme_cluster_steps() -> list[tuple[str, list[str]]]:
     return steps
 
 
-def readme_commands() -> list[str]:
-    """The README's cluster commands in order (a trailing ``# comment`` kept)."""
-    return [command for _, step in readme_cluster_steps() for command in step]
+def cluster_commands() -> list[str]:
+    """docs/cluster.md's install commands in order (a trailing ``# comment`` kept)."""
+    return [command for _, step in cluster_steps() for command in step]
 
 
 def group_of(obj: dict[str, Any]) -> str:

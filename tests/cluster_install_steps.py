@@ -14,9 +14,10 @@ the configuration. ``steps`` turns commands into what they apply and wait for;
 
 Commands understood (anything else is ignored): ``kubectl apply ... -k configs/cluster/X/``
 and ``-f`` of cert-manager's rendered manifest (the vendored builds),
-``python flows/cifar.py ... --render-runtime | kubectl apply ... -f -`` (the runtime that
-command prints), ``python flows/cifar.py ... --submit`` (the WorkflowTemplate, the Workflow
-or CronWorkflow, and what its resource templates create: the job, the InferenceService),
+``.venv/bin/python flows/cifar.py ... --render-runtime | kubectl apply ... -f -`` (the
+runtime that command prints), ``.venv/bin/python flows/cifar.py ... --submit`` (the
+WorkflowTemplate, the Workflow or CronWorkflow, and what its resource templates create: the
+job, the InferenceService) (``python`` on PATH, as e2e.yml runs them, too),
 ``kubectl wait --for=condition=established crd --all`` (or ``crd/NAME``),
 ``kubectl -n NS rollout status deploy/NAME ...`` and ``kubectl wait
 --for=jsonpath='{.webhooks[0].clientConfig.caBundle}' KIND/NAME ...``.
@@ -45,6 +46,7 @@ ESTABLISHED_WAIT = "--for=condition=established"
 CERT_MANAGER_FILE = "configs/cluster/vendor/cert-manager/cert-manager.yaml"
 ARGO = "argoproj.io/v1alpha1"
 CLUSTER_DOC = Path(__file__).resolve().parents[1] / "docs" / "cluster.md"
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @dataclass
@@ -85,6 +87,19 @@ def cluster_steps() -> list[tuple[str, list[str]]]:
 def cluster_commands() -> list[str]:
     """docs/cluster.md's install commands in order (a trailing ``# comment`` kept)."""
     return [command for _, step in cluster_steps() for command in step]
+
+
+def is_python(words: list[str]) -> bool:
+    """An interpreter: ``python`` on PATH (e2e.yml's) or the set-up's ``.venv/bin/python``."""
+    return bool(words) and Path(words[0]).name in ("python", "python3")
+
+
+def quick_start_commands() -> list[str]:
+    """The README's cluster quick start: the commands of its one bash block under "Run it on
+    a cluster" (comments dropped)."""
+    section = README.read_text().split("\n## Run it on a cluster\n")[1].split("\n## ")[0]
+    block = section.split("```bash\n")[1].split("```")[0]
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
 
 
 def group_of(obj: dict[str, Any]) -> str:
@@ -139,7 +154,7 @@ def parse(command: str, builds: dict[str, tuple[dict[str, Any], ...]], layers: d
     if "--render-runtime" in words and "kubectl" in words and "apply" in words:
         config, sets = _flow_args(words)
         return Step(text, (rendered_runtime(config, sets),), ignores_failure=ignores)
-    if words[:2] == ["python", "flows/cifar.py"] and "--submit" in words:
+    if is_python(words[:1]) and words[1:2] == ["flows/cifar.py"] and "--submit" in words:
         config, sets = _flow_args(words)
         objects = submitted(config, sets, "--cron" in words)
         wanted = None

@@ -208,7 +208,7 @@ def test_the_trainer_runtime_the_install_applies_passes_its_crd(config: str, tmp
     cluster's: tests/test_cluster_install.py), gang-scheduled by Volcano either way."""
     from tests.cluster_install_steps import cluster_commands, rendered_runtime
 
-    command = f"python flows/cifar.py --config configs/{config}.yaml --render-runtime | "
+    command = f".venv/bin/python flows/cifar.py --config configs/{config}.yaml --render-runtime | "
     assert any(c.startswith(command) for c in cluster_commands()), command
     runtime = rendered_runtime(f"configs/{config}.yaml", [])
     assert runtime["kind"] == "ClusterTrainingRuntime"

@@ -23,7 +23,12 @@ from tests import cluster_build
 from tests import cluster_install_steps as steps
 from tests.cluster_build import BUILT_LAYERS as BUILT
 from tests.cluster_build import POPULATE, SHARED_VENDOR, kustomize, walk
-from tests.cluster_install_steps import CLUSTER_DOC, cluster_commands, cluster_steps
+from tests.cluster_install_steps import (
+    CLUSTER_DOC,
+    cluster_commands,
+    cluster_steps,
+    quick_start_commands,
+)
 from tests.conftest import REPO_ROOT, SHARED
 from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR
 from tests.test_cluster_vendor import vendor
@@ -327,7 +332,7 @@ def test_the_cluster_commands_are_tested_or_marked_as_needing_a_cluster() -> Non
             test = (REPO_ROOT / tag.removeprefix("tested: ")).read_text()
             for command in step:  # the test runs that very script
                 assert Path(command.split()[1]).name in test, (tag, command)
-    vendoring = commands.index("python configs/cluster/vendor.py")
+    vendoring = commands.index(".venv/bin/python configs/cluster/vendor.py")
     applies = [i for i, c in enumerate(commands) if c.startswith("kubectl apply")]
     assert applies and vendoring < min(applies)
     built = {commands[i].split(" -k ")[1] for i in applies if " -k " in commands[i]}
@@ -350,6 +355,22 @@ def test_the_cluster_commands_are_tested_or_marked_as_needing_a_cluster() -> Non
     assert e2e.index(CERT_MANAGER_MANIFEST) < e2e.index(
         "apply --server-side -k configs/cluster/kserve/"
     )
+
+
+def test_the_readmes_quick_start_is_the_checked_install_cut_short() -> None:
+    """The README's cluster quick start gives the first and last commands of docs/cluster.md's
+    install, in its order, word for word: each is one the sequence check above runs (the
+    install between them is named, not repeated)."""
+    def bare(command: str) -> str:  # a trailing ``# comment`` dropped
+        return re.sub(r"\s+#\s.*$", "", command)
+
+    quick = [bare(c) for c in quick_start_commands()]
+    assert len(quick) >= 5 and quick[0] == "kind create cluster --name cifar"
+    assert quick[-1].endswith("flows/cifar.py --config configs/kind.yaml --submit --wait")
+    commands = [bare(c) for c in cluster_commands()]
+    at = [commands.index(command) if command in commands else -1 for command in quick]
+    assert -1 not in at, [c for c, i in zip(quick, at, strict=True) if i == -1]
+    assert at == sorted(at), quick
 
 
 def test_cert_manager_renders_as_its_release_and_the_rollout_waits_for_each_deployment(

@@ -361,6 +361,7 @@ def test_the_readmes_quick_start_is_the_checked_install_cut_short() -> None:
     """The README's cluster quick start gives the first and last commands of docs/cluster.md's
     install, in its order, word for word: each is one the sequence check above runs (the
     install between them is named, not repeated)."""
+
     def bare(command: str) -> str:  # a trailing ``# comment`` dropped
         return re.sub(r"\s+#\s.*$", "", command)
 

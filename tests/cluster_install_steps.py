@@ -1,4 +1,4 @@
-"""The README's install, command by command, against what each command applies: does every
+"""docs/cluster.md's install, command by command, against what each command applies: does every
 object reach an API server that can take it?
 
 A fresh cluster refuses an object whose kind no established CRD serves yet: kubectl maps
@@ -14,9 +14,10 @@ the configuration. ``steps`` turns commands into what they apply and wait for;
 
 Commands understood (anything else is ignored): ``kubectl apply ... -k configs/cluster/X/``
 and ``-f`` of cert-manager's rendered manifest (the vendored builds),
-``python flows/cifar.py ... --render-runtime | kubectl apply ... -f -`` (the runtime that
-command prints), ``python flows/cifar.py ... --submit`` (the WorkflowTemplate, the Workflow
-or CronWorkflow, and what its resource templates create: the job, the InferenceService),
+``.venv/bin/python flows/cifar.py ... --render-runtime | kubectl apply ... -f -`` (the
+runtime that command prints), ``.venv/bin/python flows/cifar.py ... --submit`` (the
+WorkflowTemplate, the Workflow or CronWorkflow, and what its resource templates create: the
+job, the InferenceService) (``python`` on PATH, as e2e.yml runs them, too),
 ``kubectl wait --for=condition=established crd --all`` (or ``crd/NAME``),
 ``kubectl -n NS rollout status deploy/NAME ...`` and ``kubectl wait
 --for=jsonpath='{.webhooks[0].clientConfig.caBundle}' KIND/NAME ...``.
@@ -44,6 +45,7 @@ CA_BUNDLE_WAIT = "--for=jsonpath={.webhooks[0].clientConfig.caBundle}"
 ESTABLISHED_WAIT = "--for=condition=established"
 CERT_MANAGER_FILE = "configs/cluster/vendor/cert-manager/cert-manager.yaml"
 ARGO = "argoproj.io/v1alpha1"
+CLUSTER_DOC = Path(__file__).resolve().parents[1] / "docs" / "cluster.md"
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -70,9 +72,9 @@ class Install:
     state: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (kind, name)
 
 
-def readme_cluster_steps() -> list[tuple[str, list[str]]]:
-    """README "Run it on a cluster": each numbered step's comments and commands."""
-    section = README.read_text().split("\n## Run it on a cluster\n")[1]
+def cluster_steps() -> list[tuple[str, list[str]]]:
+    """docs/cluster.md "Install, step by step": each numbered step's comments and commands."""
+    section = CLUSTER_DOC.read_text().split("\n## Install, step by step\n")[1]
     block = section.split("\n## ")[0].split("```bash\n")[1].split("```")[0]
     steps = []
     for text in re.split(r"\n(?=# \d+\. )", block.strip()):
@@ -82,9 +84,22 @@ def readme_cluster_steps() -> list[tuple[str, list[str]]]:
     return steps
 
 
-def readme_commands() -> list[str]:
-    """The README's cluster commands in order (a trailing ``# comment`` kept)."""
-    return [command for _, step in readme_cluster_steps() for command in step]
+def cluster_commands() -> list[str]:
+    """docs/cluster.md's install commands in order (a trailing ``# comment`` kept)."""
+    return [command for _, step in cluster_steps() for command in step]
+
+
+def is_python(words: list[str]) -> bool:
+    """An interpreter: ``python`` on PATH (e2e.yml's) or the set-up's ``.venv/bin/python``."""
+    return bool(words) and Path(words[0]).name in ("python", "python3")
+
+
+def quick_start_commands() -> list[str]:
+    """The README's cluster quick start: the commands of its one bash block under "Run it on
+    a cluster" (comments dropped)."""
+    section = README.read_text().split("\n## Run it on a cluster\n")[1].split("\n## ")[0]
+    block = section.split("```bash\n")[1].split("```")[0]
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
 
 
 def group_of(obj: dict[str, Any]) -> str:
@@ -139,7 +154,7 @@ def parse(command: str, builds: dict[str, tuple[dict[str, Any], ...]], layers: d
     if "--render-runtime" in words and "kubectl" in words and "apply" in words:
         config, sets = _flow_args(words)
         return Step(text, (rendered_runtime(config, sets),), ignores_failure=ignores)
-    if words[:2] == ["python", "flows/cifar.py"] and "--submit" in words:
+    if is_python(words[:1]) and words[1:2] == ["flows/cifar.py"] and "--submit" in words:
         config, sets = _flow_args(words)
         objects = submitted(config, sets, "--cron" in words)
         wanted = None

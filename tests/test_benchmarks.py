@@ -1,4 +1,4 @@
-"""Every script under benchmarks/ runs, in its quick form, as the README runs it
+"""Every script under benchmarks/ runs, in its quick form, as docs/benchmarks.md runs it
 (``python benchmarks/X.py``), so none breaks unseen: the numbers of a dry run mean nothing,
 its tables' rows and what each script reads must be there. gpu.py's dry run is
 tests/test_gpu_benchmark.py's; serving.py has no quick form yet (issue 34)."""

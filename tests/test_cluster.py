@@ -185,10 +185,10 @@ def test_secrets_are_referenced_never_filled_and_their_shapes_documented() -> No
     for name, keys in referenced.items():
         assert name in shapes and keys <= shapes[name], (name, keys)
     e2e = (REPO_ROOT / ".github" / "workflows" / "e2e.yml").read_text()
-    readme = (REPO_ROOT / "README.md").read_text()
+    guide = (REPO_ROOT / "docs" / "cluster.md").read_text()
     for name in set(referenced) | {"cifar-s3"}:
         assert f"create secret generic {name}" in e2e, name
-        assert f"create secret generic {name}" in readme, name
+        assert f"create secret generic {name}" in guide, name
 
 
 def test_the_training_operator_gang_schedules_with_volcano() -> None:
@@ -203,13 +203,13 @@ def test_the_training_operator_gang_schedules_with_volcano() -> None:
 
 
 @pytest.mark.parametrize("config", ["kind", "cluster"])
-def test_the_trainer_runtime_the_readme_applies_passes_its_crd(config: str, tmp_path) -> None:
-    """The README renders the runtime from the config its runs use (kind's, a GPU
+def test_the_trainer_runtime_the_install_applies_passes_its_crd(config: str, tmp_path) -> None:
+    """docs/cluster.md renders the runtime from the config its runs use (kind's, a GPU
     cluster's: tests/test_cluster_install.py), gang-scheduled by Volcano either way."""
-    from tests.cluster_install_steps import readme_commands, rendered_runtime
+    from tests.cluster_install_steps import cluster_commands, rendered_runtime
 
-    command = f"python flows/cifar.py --config configs/{config}.yaml --render-runtime | "
-    assert any(c.startswith(command) for c in readme_commands()), command
+    command = f".venv/bin/python flows/cifar.py --config configs/{config}.yaml --render-runtime | "
+    assert any(c.startswith(command) for c in cluster_commands()), command
     runtime = rendered_runtime(f"configs/{config}.yaml", [])
     assert runtime["kind"] == "ClusterTrainingRuntime"
     assert runtime["spec"]["podGroupPolicy"] == {"volcano": {}}
@@ -287,12 +287,12 @@ def test_the_mlflow_server_runs_an_mlflow_that_takes_its_options() -> None:
         assert floors and min(floors) >= ALLOWED_HOSTS_SINCE, (extra, str(wanted))
 
 
-def test_the_readme_counts_the_images_images_yml_builds() -> None:
+def test_the_cluster_page_counts_the_images_images_yml_builds() -> None:
     workflow = yaml.safe_load((REPO_ROOT / ".github/workflows/images.yml").read_text())
     built = workflow["jobs"]["build"]["strategy"]["matrix"]["image"]
-    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    guide = " ".join((REPO_ROOT / "docs" / "cluster.md").read_text().split())
     (count, names) = re.findall(
-        r"`images\.yml` builds and pushes the (\w+) images \(([^)]*)\)", readme
+        r"`images\.yml` builds and pushes the (\w+) images \(([^)]*)\)", guide
     )[0]
     words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight"]
     assert words.index(count) == len(built), count

@@ -23,7 +23,12 @@ from tests import cluster_build
 from tests import cluster_install_steps as steps
 from tests.cluster_build import BUILT_LAYERS as BUILT
 from tests.cluster_build import POPULATE, SHARED_VENDOR, kustomize, walk
-from tests.cluster_install_steps import readme_cluster_steps, readme_commands
+from tests.cluster_install_steps import (
+    CLUSTER_DOC,
+    cluster_commands,
+    cluster_steps,
+    quick_start_commands,
+)
 from tests.conftest import REPO_ROOT, SHARED
 from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR
 from tests.test_cluster_vendor import vendor
@@ -317,8 +322,8 @@ def test_the_argo_overlay_patches_a_release_whose_objects_are_namespaced(tmp_pat
     ]
 
 
-def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster() -> None:
-    steps = readme_cluster_steps()
+def test_the_cluster_commands_are_tested_or_marked_as_needing_a_cluster() -> None:
+    steps = cluster_steps()
     assert len(steps) >= 5
     commands = [c for _, step in steps for c in step]
     for comments, step in steps:
@@ -327,7 +332,7 @@ def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster(
             test = (REPO_ROOT / tag.removeprefix("tested: ")).read_text()
             for command in step:  # the test runs that very script
                 assert Path(command.split()[1]).name in test, (tag, command)
-    vendoring = commands.index("python configs/cluster/vendor.py")
+    vendoring = commands.index(".venv/bin/python configs/cluster/vendor.py")
     applies = [i for i, c in enumerate(commands) if c.startswith("kubectl apply")]
     assert applies and vendoring < min(applies)
     built = {commands[i].split(" -k ")[1] for i in applies if " -k " in commands[i]}
@@ -340,7 +345,8 @@ def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster(
         "kubectl apply --server-side -k configs/cluster/kserve/"
     )
     options = vendor.build_parser()._option_string_actions
-    for option in re.findall(r"vendor\.py (--[\w-]+)", (REPO_ROOT / "README.md").read_text()):
+    guides = (REPO_ROOT / "README.md").read_text() + CLUSTER_DOC.read_text()
+    for option in re.findall(r"vendor\.py (--[\w-]+)", guides):
         assert option in options, option
     e2e = (REPO_ROOT / ".github" / "workflows" / "e2e.yml").read_text()
     assert e2e.index("python configs/cluster/vendor.py") < e2e.index("apply --server-side -k")
@@ -351,13 +357,30 @@ def test_the_readmes_cluster_commands_are_tested_or_marked_as_needing_a_cluster(
     )
 
 
+def test_the_readmes_quick_start_is_the_checked_install_cut_short() -> None:
+    """The README's cluster quick start gives the first and last commands of docs/cluster.md's
+    install, in its order, word for word: each is one the sequence check above runs (the
+    install between them is named, not repeated)."""
+
+    def bare(command: str) -> str:  # a trailing ``# comment`` dropped
+        return re.sub(r"\s+#\s.*$", "", command)
+
+    quick = [bare(c) for c in quick_start_commands()]
+    assert len(quick) >= 5 and quick[0] == "kind create cluster --name cifar"
+    assert quick[-1].endswith("flows/cifar.py --config configs/kind.yaml --submit --wait")
+    commands = [bare(c) for c in cluster_commands()]
+    at = [commands.index(command) if command in commands else -1 for command in quick]
+    assert -1 not in at, [c for c, i in zip(quick, at, strict=True) if i == -1]
+    assert at == sorted(at), quick
+
+
 def test_cert_manager_renders_as_its_release_and_the_rollout_waits_for_each_deployment(
     builds: dict,
 ) -> None:
     """The rendered manifest is the release's shape (make/manifests.mk at v1.17.0): the
     namespace first, every CRD of the chart, no startupapicheck Job nor any helm hook
     (kubectl apply would run a hook at once), everything in cert-manager (or kube-system,
-    its leader-election Roles); and the README and e2e wait for exactly its Deployments
+    its leader-election Roles); and docs/cluster.md and e2e wait for exactly its Deployments
     before KServe, whose webhook certificate they issue."""
     docs = builds[cluster_build.CERT_MANAGER]
     assert (docs[0]["kind"], docs[0]["metadata"]["name"]) == ("Namespace", "cert-manager")
@@ -377,9 +400,9 @@ def test_cert_manager_renders_as_its_release_and_the_rollout_waits_for_each_depl
         assert doc["metadata"].get("namespace") in (None, "cert-manager", "kube-system"), doc
     deployments = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
     rollout = re.compile(r"kubectl -n cert-manager rollout status ((?:deploy/[\w-]+ ?)+)")
-    readme = (REPO_ROOT / "README.md").read_text()
+    guide = CLUSTER_DOC.read_text()
     e2e = (REPO_ROOT / ".github" / "workflows" / "e2e.yml").read_text()
-    for text in (readme, e2e):
+    for text in (guide, e2e):
         (waited,) = rollout.findall(text)
         assert {w.removeprefix("deploy/") for w in waited.split()} == deployments
 
@@ -428,7 +451,7 @@ def test_volcano_schedules_with_the_actions_the_scheduling_layer_promises(builds
     assert scheduling["PriorityClass"]["preemptionPolicy"] == "PreemptLowerPriority"
 
 
-# --- the install sequence: README and e2e.yml, command by command -----------------------
+# --- the install sequence: docs/cluster.md and e2e.yml, command by command -------------
 
 
 LAYER_PATHS = {f"configs/cluster/{path}/".replace("/./", "/"): name for name, path in BUILT.items()}
@@ -466,7 +489,7 @@ def install_problems(builds: dict, commands: list[str]) -> list[str]:
 
 
 SEQUENCES = {
-    "README": readme_commands,
+    "docs-cluster": cluster_commands,
     "e2e-pytorchjob": lambda: e2e_commands("pytorchjob"),
     "e2e-trainjob": lambda: e2e_commands("trainjob"),
 }
@@ -487,8 +510,8 @@ def test_every_object_the_install_sends_is_one_the_cluster_takes_by_then(
 
 
 def test_the_sequence_check_finds_what_each_wait_prevents(builds: dict) -> None:
-    """Without each wait of the README (or KServe's CRDs first), some object is refused."""
-    commands = readme_commands()
+    """Without each wait of docs/cluster.md (or KServe's CRDs first), some object is refused."""
+    commands = cluster_commands()
     waits = [c for c in commands if c.startswith("kubectl wait --for=")]
     assert len(waits) >= 5
     for wait in waits:
@@ -560,11 +583,11 @@ def test_the_sequence_check_names_the_refused_object(
     assert wanted in install_problems(builds, commands)
 
 
-def test_the_readmes_gpu_steps_render_the_gpu_configs_runtime() -> None:
+def test_the_gpu_steps_render_the_gpu_configs_runtime() -> None:
     """Issue 30, defect 7: configs/cluster/trainer/runtime.yaml was kind's (no priority
     class, /dev/shm 256Mi): the runtime a TrainJob of configs/cluster.yaml runs on comes
     from that config."""
-    rendered = [c for c in readme_commands() if "--render-runtime" in c]
+    rendered = [c for c in cluster_commands() if "--render-runtime" in c]
     configs = [shlex.split(c)[shlex.split(c).index("--config") + 1] for c in rendered]
     assert configs == ["configs/kind.yaml", "configs/cluster.yaml"]
     runtime = steps.rendered_runtime("configs/cluster.yaml", [])

@@ -25,7 +25,7 @@ CLUSTER = REPO_ROOT / "configs" / "cluster"
 VENDOR = CLUSTER / "vendor"
 SCRIPT = CLUSTER / "vendor.py"
 MIRRORS = Path("/work/.mirror")  # bare git mirrors on the development machine, if any
-PINNED = {  # the versions README "Run it on a cluster" names
+PINNED = {  # the versions docs/cluster.md names
     "argo": ("argoproj/argo-workflows", "v4.0.5"),
     "training-operator": ("kubeflow/trainer", "v1.9.4"),
     "trainer": ("kubeflow/trainer", "v2.3.0"),

@@ -1,7 +1,7 @@
 """configs/cluster against what the pipeline does on a cluster: every account has the verbs
 its component uses (computed from the built RBAC with tests.k8s_rbac), the argo-server is
 reachable from no pod, and every object a rendered workflow or job names exists in the
-build or is one the README has the user create (``optional`` where the README says so).
+build or is one docs/cluster.md has the user create (``optional`` where it says so).
 
 Offline: the repository's layers are built with ``kubectl kustomize`` and the upstream facts
 are the cited constants of tests.cluster_build; the last test checks those constants against
@@ -26,14 +26,14 @@ from flows.manifests.pod import config_args, pod_env
 from flows.serving_step import serving_templates
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
-from tests.cluster_install_steps import readme_commands, rendered_runtime
+from tests.cluster_install_steps import cluster_commands, rendered_runtime
 from tests.conftest import REPO_ROOT
 from tests.k8s_rbac import Rbac, Request, ServiceAccount
 from tests.test_flow import run_of
 
 CONFIGS = ["local", "smoke", "cluster", "kind"]
 LAUNCHERS = ["pytorchjob", "trainjob"]
-# Created by hand as README "Run it on a cluster" says (kind, namespace, name): optional?
+# Created by hand as docs/cluster.md says (kind, namespace, name): optional?
 HAND_MADE = {
     ("Secret", "seaweedfs", "seaweedfs-credentials"): False,
     ("Secret", "argo", "cifar-s3"): False,
@@ -64,10 +64,10 @@ def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
 
 
 @cache
-def readme_rendered() -> tuple[dict[str, Any], ...]:
-    """What the README renders from a config and applies (the ClusterTrainingRuntime)."""
+def install_rendered() -> tuple[dict[str, Any], ...]:
+    """What docs/cluster.md renders from a config and applies (the ClusterTrainingRuntime)."""
     found = []
-    for command in readme_commands():
+    for command in cluster_commands():
         if "--render-runtime" in command:
             words = shlex.split(command.split("|")[0])
             config = words[words.index("--config") + 1]
@@ -76,7 +76,7 @@ def readme_rendered() -> tuple[dict[str, Any], ...]:
 
 
 def created() -> set[tuple[str, str | None, str]]:
-    return {cb.key_of(doc) for doc in [*own(), *readme_rendered()]}
+    return {cb.key_of(doc) for doc in [*own(), *install_rendered()]}
 
 
 def rbac(*extra: dict[str, Any]) -> Rbac:
@@ -298,7 +298,7 @@ def test_optional_secrets_are_referenced_optional(name: str, launcher: str) -> N
     for doc in rendered(config(name, launcher)):
         for ref in cb.references(doc):
             if HAND_MADE.get(ref.key):
-                assert ref.optional, f"{ref.name} is optional (README) but not optional: true"
+                assert ref.optional, f"{ref.name} is optional (docs/cluster.md), not optional: true"
 
 
 def test_every_object_the_build_names_exists() -> None:
@@ -308,9 +308,9 @@ def test_every_object_the_build_names_exists() -> None:
         assert not missing, f"{cb.key_of(doc)} names {missing}"
 
 
-def test_the_readme_has_the_user_create_each_hand_made_object() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme[readme.index("## Run it on a cluster") :]
+def test_the_cluster_page_has_the_user_create_each_hand_made_object() -> None:
+    guide = (REPO_ROOT / "docs" / "cluster.md").read_text()
+    section = guide[guide.index("## Install, step by step") :]
     example = (cb.CLUSTER / "secrets.example.yaml").read_text()
     shapes = {
         (d["kind"], d["metadata"]["namespace"], d["metadata"]["name"])

@@ -55,7 +55,7 @@ def test_every_step_rebuilds_the_flows_cluster_settings(path: Path, launcher: st
 
 def test_the_mlflow_token_secret_is_optional() -> None:
     """configs/cluster.yaml names cluster.mlflow_secret; the MLflow server configs/cluster
-    deploys wants no token, and README creates the Secret only for a server that does. A
+    deploys wants no token, and docs/cluster.md creates the Secret only for a server that does. A
     required secretKeyRef to a missing Secret holds the pod in CreateContainerConfigError;
     an optional one leaves the variable unset. The S3 keys stay required."""
     cfg = load_config(REPO_ROOT / "configs" / "cluster.yaml")

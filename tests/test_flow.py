@@ -312,6 +312,27 @@ def test_dag_order_and_data_flow(path: Path) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("overrides", "job"),
+    [
+        pytest.param([], "PyTorchJob", id="default"),
+        pytest.param(["train.launcher=trainjob"], "TrainJob", id="trainjob"),
+        pytest.param(["serving.enabled=false"], "PyTorchJob", id="no-serving"),
+    ],
+)
+def test_the_description_annotation_is_the_dag(overrides: list[str], job: str) -> None:
+    """The line the Argo UI shows under the workflow's name names the DAG it runs (it said
+    ``train (PyTorchJob)`` for a TrainJob, and nothing of deploy, serve-check or the
+    rollbacks): each task named is one the DAG holds, and each it holds is named."""
+    wf = build_template(load_config(None, overrides)).to_dict()
+    text = wf["metadata"]["annotations"]["workflows.argoproj.io/description"]
+    tasks = {task["name"] for task in templates(wf)["pipeline"]["dag"]["tasks"]}
+    assert f"train ({job})" in text
+    for name in ("stage", "optimize", "benchmark", "deploy", "serve-check"):
+        assert (name in text) == (name in tasks), (name, text)
+    assert ("rolled back" in text) == ("rollback-alias" in tasks), text
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_every_image_carries_the_configured_version(path: Path) -> None:
     wf, cfg = manifest(path), load_config(path)

@@ -1,6 +1,6 @@
 """The design's import rules hold on the code as it stands (docs/architecture.md, "Who may
-import whom"), and the checker finds a violation of each when one is made; the README's and
-docs/architecture.md's Layout and the architecture's import diagram say what the code is."""
+import whom"), and the checker finds a violation of each when one is made; docs/layout.md's
+and docs/architecture.md's Layout and the architecture's import diagram say what the code is."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_the_checker_finds_a_broken_rule(case: str, tmp_path: Path) -> None:
 
 
 def layout_tree(text: str, heading: str = "## Layout") -> dict[str, str]:
-    """The first tree under ``heading`` (the README's Layout, docs/architecture.md's, its
+    """The first tree under ``heading`` (docs/layout.md's Layout, docs/architecture.md's, its
     flows/local under "Local runs") as {path: description}: two spaces of indent per level;
     a line indented deeper than one level below the entry before it continues that entry's
     description."""
@@ -134,8 +134,8 @@ def layout_tree(text: str, heading: str = "## Layout") -> dict[str, str]:
     return tree
 
 
-def test_the_readme_layout_shows_every_module() -> None:
-    tree = layout_tree((REPO_ROOT / "README.md").read_text())
+def test_the_layout_page_shows_every_module() -> None:
+    tree = layout_tree((REPO_ROOT / "docs" / "layout.md").read_text())
     missing = []
     for path in MODULES:
         if path.name in ("__init__.py", "__main__.py"):
@@ -145,10 +145,10 @@ def test_the_readme_layout_shows_every_module() -> None:
         # A module is listed itself, or named in its folder's line (config/: sections, ...).
         if str(relative) not in tree and path.stem not in re.findall(r"\w+", tree.get(folder, "")):
             missing.append(str(relative))
-    assert missing == [], "README Layout lacks these modules"
+    assert missing == [], "docs/layout.md's Layout lacks these modules"
 
 
-# "One step, one folder": docs/architecture.md lists a step's package, the README its modules.
+# "One step, one folder": docs/architecture.md lists a step's package, docs/layout.md its modules.
 STEP_FOLDERS = {
     f"steps/{step}"
     for step in ("stage_data", "train", "optimize", "benchmark", "serve", "serve_check")
@@ -171,7 +171,7 @@ def architecture_misses(tree: dict[str, str], relative: Path) -> bool:
 
 
 def test_the_architecture_layout_shows_every_module() -> None:
-    """flows/local/ aside (its modules are the README's to list)."""
+    """flows/local/ aside (its modules are docs/layout.md's to list)."""
     tree = layout_tree((REPO_ROOT / "docs" / "architecture.md").read_text())
     missing = [
         str(relative)

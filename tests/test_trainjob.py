@@ -350,7 +350,7 @@ def effective_node_pod(job: dict[str, Any], runtime: dict[str, Any]) -> tuple[di
 @pytest.mark.parametrize("case", NETWORK_CASES)
 def test_each_network_option_reaches_the_trainjobs_pods(case: str) -> None:
     """Issue 30, defect 10, for train.launcher=trainjob: the TrainJob the workflow creates
-    and the runtime the README renders from the same config; the TrainJob alone already
+    and the runtime docs/cluster.md renders from the same config; the TrainJob alone already
     locks memory as root (a ContainerPatch takes a securityContext), the node's network is
     the runtime's (a PodSpecPatch has no hostNetwork)."""
     cfg = load_config(CLUSTER_YAML, [TRAINJOB, *NETWORK_CASES[case]])

@@ -42,10 +42,23 @@ def labels(cfg: PipelineConfig) -> dict[str, str]:
     }
 
 
+def description(cfg: PipelineConfig) -> str:
+    """The workflow's DAG in one line (the Argo UI shows it under the name): the training
+    job the config's launcher creates, and the serving tasks when serving is on
+    (flows/serve_tasks.py)."""
+    job = "TrainJob" if cfg.train.launcher == "trainjob" else "PyTorchJob"
+    dag = f"stage, train ({job}), optimize, benchmark"
+    if cfg.serving.enabled:
+        dag += (
+            "; deploy (InferenceService) and serve-check when the champion moved, "
+            "rolled back if either fails"
+        )
+    return f"CIFAR-10: {dag}; one MLflow run"
+
+
 def annotations(cfg: PipelineConfig, git_revision: str | None) -> dict[str, str]:
     notes = {
-        "workflows.argoproj.io/description": "CIFAR-10: stage, train (PyTorchJob), "
-        "optimize, benchmark; one MLflow run",
+        "workflows.argoproj.io/description": description(cfg),
         f"{APP}/version": cfg.images.tag,
         f"{APP}/mlflow-experiment": cfg.tracking.experiment,
     }

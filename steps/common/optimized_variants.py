@@ -30,7 +30,7 @@ LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM = "model", "small_batch"
 AOTI_PROGRAMS = (LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM)
 PORTABLE_KINDS = ("onnx", "openvino")  # run without torch (steps.common.serving.runners)
 # The variant to run when no benchmark measured them here: fastest first, as measured on a
-# CPU (README, "Benchmarks": INT8 3.5-4x FP32; OpenVINO, then ONNX Runtime, then
+# CPU (docs/benchmarks.md: INT8 3.5-4x FP32; OpenVINO, then ONNX Runtime, then
 # AOTInductor) and on a GPU (TensorRT first); a variant that cannot run here is passed over.
 # Every variant ``steps.optimize`` makes is listed (tests/test_predict.py checks).
 PREFERENCE = (

@@ -118,7 +118,7 @@ def local_runner_imports_no_step_code(graph: dict[str, Module]) -> list[str]:
     return [
         f"{module.name} imports {target}"
         for module in graph.values()
-        if module.name.startswith("flows.local")
+        if module.name == "flows.local" or module.name.startswith("flows.local.")
         for target in sorted(module.imports)
         if top(target) == "steps"
     ]

@@ -32,11 +32,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from flows.cifar import build_submission, build_template
-from flows.cli import localize
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler
 from flows.local.pods.services import service_process
 from flows.local.status import RunResult
 from flows.local.workflow import LocalRunner
+from flows.local_run import localize
 from flows.manifests.inferenceservice import build_inferenceservice
 from flows.manifests.pod import config_args
 from steps.common.config import load_config

@@ -49,3 +49,61 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLflowSe
     server = MLflowServer(tmp_path_factory.mktemp("mlflow")).start()
     yield server
     server.stop()
+
+
+# --- a trained model, its optimized variants and the champion they make ------------------
+# Session-scoped: each is built once and only read by the tests of several modules (the
+# optimize, benchmark, predict and serving tests). A test that changes the registry
+# (moves an alias) makes a registered model of its own (tests/test_serve_check.py).
+
+
+@pytest.fixture(scope="session")
+def bundle(tmp_path_factory: pytest.TempPathFactory):
+    """A staged synthetic dataset, a tiny trained ResNet-9 and its optimized variants
+    (tests/model_bundle.py)."""
+    from tests.model_bundle import build_bundle
+
+    return build_bundle(tmp_path_factory.mktemp("bundle"))
+
+
+@pytest.fixture(scope="session")
+def champion(bundle, tmp_path_factory: pytest.TempPathFactory, mlflow_server) -> dict:
+    """The real benchmark step run on ``bundle`` against the session's MLflow server: its
+    serving pyfunc registered as tests/serving_helpers.py's NAME, alias champion."""
+    from steps.benchmark import step as benchmark
+    from tests.model_bundle import bench_args
+    from tests.serving_helpers import NAME
+
+    root = tmp_path_factory.mktemp("serving")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+        args = bench_args(
+            bundle.model_uri,
+            bundle.optimized_uri,
+            bundle.dataset_uri,
+            root / "report",
+            f"benchmark.registered_model={NAME}",
+            "benchmark.rounds=1",
+        )
+        result = benchmark.run(args)
+    return {"root": root, "result": result, "uri": mlflow_server.uri}
+
+
+@pytest.fixture(scope="session")
+def served(champion: dict) -> Iterator[str]:
+    """The real ``mlflow models serve`` of the champion on 127.0.0.1: its URL."""
+    from tests.mlflow_server import mlflow_models_serve
+    from tests.serving_helpers import CHAMPION
+
+    with mlflow_models_serve(CHAMPION, champion["uri"], champion["root"]) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def images(bundle):
+    """64 of the bundle's test images as a request sends them: uint8, N x 32 x 32 x 3."""
+    from steps.common.config import PipelineConfig
+    from steps.common.trained_model import load_test_split
+
+    split = load_test_split(bundle.dataset_uri, PipelineConfig().storage)
+    return split.images[:64].permute(0, 2, 3, 1).numpy()

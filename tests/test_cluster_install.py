@@ -22,11 +22,18 @@ import yaml
 from tests import cluster_build
 from tests import cluster_install_steps as steps
 from tests.cluster_build import BUILT_LAYERS as BUILT
-from tests.cluster_build import POPULATE, SHARED_VENDOR, kustomize, walk
+from tests.cluster_build import (
+    CLUSTER,
+    K8S_VERSION,
+    POPULATE,
+    SHARED_VENDOR,
+    VENDOR,
+    kustomize,
+    vendor,
+    walk,
+)
 from tests.cluster_install_steps import readme_cluster_steps, readme_commands
 from tests.conftest import REPO_ROOT, SHARED
-from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR
-from tests.test_cluster_vendor import vendor
 
 LATEST = re.compile(r"[\w.-]+/[\w./-]+:latest\b")
 # cert-manager installs from its release's manifest, which vendor.py renders from the

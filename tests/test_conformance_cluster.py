@@ -28,8 +28,8 @@ from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
 from tests.cluster_install_steps import readme_commands, rendered_runtime
 from tests.conftest import REPO_ROOT
+from tests.flow_helpers import run_of
 from tests.k8s_rbac import Rbac, Request, ServiceAccount
-from tests.test_flow import run_of
 
 CONFIGS = ["local", "smoke", "cluster", "kind"]
 LAUNCHERS = ["pytorchjob", "trainjob"]

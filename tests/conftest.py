@@ -1,11 +1,15 @@
-"""Shared fixtures: a real SeaweedFS S3 server on 127.0.0.1 and the environment to use it."""
+"""Shared fixtures: a real SeaweedFS S3 server and a real ``mlflow server`` on 127.0.0.1, and
+what several test modules read: a trained and optimized model, the champion it makes and
+its server, a whole pipeline's arguments."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,3 +111,49 @@ def images(bundle):
 
     split = load_test_split(bundle.dataset_uri, PipelineConfig().storage)
     return split.images[:64].permute(0, 2, 3, 1).numpy()
+
+
+# --- a whole pipeline against the session's S3 and MLflow servers ------------------------
+
+
+@dataclass
+class Pipeline:
+    """``python flows/cifar.py`` with the smoke config against the session's SeaweedFS and
+    ``mlflow server``: its arguments (a registered model of its own, so no other test's
+    champion is compared with it), environment, working directory and an MLflow client."""
+
+    args: list[str]
+    env: dict[str, str]
+    cwd: Path
+    mlflow: Any
+    model: str
+
+    @property
+    def s3_root(self) -> str:
+        return next(a.split("=", 1)[1] for a in self.args if a.startswith("storage.root_uri="))
+
+
+def pipeline_in(bucket: S3Bucket, mlflow_server: MLflowServer, root: Path) -> Pipeline:
+    from mlflow.tracking import MlflowClient
+
+    from tests.pipeline_runs import SMOKE, sets
+
+    env = {**os.environ, **bucket.server.env(), "CIFAR_CACHE_DIR": str(root / "cache")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    model = f"pipeline-{uuid.uuid4().hex[:8]}"
+    overrides = [
+        f"storage.root_uri={bucket.uri}/pipeline",
+        f"storage.endpoint_url={bucket.server.endpoint}",
+        f"tracking.uri={mlflow_server.uri}",
+        f"benchmark.registered_model={model}",
+    ]
+    cwd = root / "work"
+    cwd.mkdir()
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    return Pipeline(["--config", str(SMOKE), *sets(overrides)], env, cwd, client, model)
+
+
+@pytest.fixture
+def pipeline(s3_bucket: S3Bucket, mlflow_server: MLflowServer, tmp_path: Path) -> Pipeline:
+    return pipeline_in(s3_bucket, mlflow_server, tmp_path)

@@ -19,6 +19,27 @@ from tests.servers import SeaweedFS
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"
 
+# Fixtures that take more than a few seconds to set up (a model trained and optimized, a
+# whole pipeline run, torchrun, a cluster build): every test that uses one is ``slow``, so
+# ``pytest -m "not slow"`` (the everyday subset, README "Set up") leaves it out. Tests
+# slow on their own carry the mark themselves.
+SLOW_FIXTURES = {
+    "bundle",  # tests/model_bundle.py: a tiny model trained, then every variant built
+    "champion",
+    "served",
+    "ddp_run",  # tests/test_train.py: torchrun with 2 ranks and MLflow
+    "dry_run",  # tests/test_gpu_benchmark.py: benchmarks/gpu.py --quick
+    "smoke_run",  # tests/test_local_pipeline.py: the smoke pipeline, failed and resumed
+    "transaction",  # tests/test_local_rollback.py: a first deployment
+    "builds",  # tests/test_cluster_install.py: kustomize builds of every layer
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:

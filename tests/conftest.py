@@ -35,10 +35,22 @@ SLOW_FIXTURES = {
 }
 
 
+# pytest-xdist (pyproject's addopts: two workers, ``--dist loadgroup``) builds a session
+# fixture once per worker and a module's fixture once per worker that runs one of its
+# tests: the tests that read one of these expensive fixtures are one group, run by one
+# worker, which builds it once. A test that reads several is in the first one's group.
+GROUPED_BY = ("bundle", "smoke_run", "transaction", "dry_run", "builds", "dataset_uri")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        used = set(getattr(item, "fixturenames", ()))
+        if SLOW_FIXTURES & used:
             item.add_marker(pytest.mark.slow)
+        group = next((name for name in GROUPED_BY if name in used), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

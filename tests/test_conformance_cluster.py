@@ -326,6 +326,7 @@ def test_the_readme_has_the_user_create_each_hand_made_object() -> None:
 # --- the Queue and the PriorityClass ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_queue_is_valid_and_opens() -> None:
     (queue,) = [d for d in own() if d["kind"] == "Queue"]
     crd = cb.queue_crd()

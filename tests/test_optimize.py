@@ -112,6 +112,7 @@ def test_aoti_small_batch_program_is_chosen_by_timing(bundle: Bundle) -> None:
     assert torch.allclose(small, large[: runner.small_max], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_aoti_without_small_batch_program(tmp_path: Path) -> None:
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),

@@ -9,6 +9,7 @@ the pinned releases, each with its source.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -17,15 +18,29 @@ import tempfile
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import yaml
 
 from tests.conftest import REPO_ROOT, SHARED
 from tests.k8s_rbac import ServiceAccount
-from tests.test_cluster_vendor import vendor
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"
+VENDOR = CLUSTER / "vendor"  # upstream's files, git-ignored (tests/test_cluster_install.py)
+K8S_VERSION = "1.33.0"  # the Kubernetes schemas the builds are validated against
+
+
+def load_vendor() -> ModuleType:
+    """configs/cluster/vendor.py, a script, as a module."""
+    spec = importlib.util.spec_from_file_location("cluster_vendor", CLUSTER / "vendor.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+vendor = load_vendor()
 LAYERS = (
     "argo", "training-operator", "seaweedfs", "mlflow", "pipeline", "scheduling", "trainer",
     "kserve",

@@ -1,5 +1,6 @@
 """Argo's own example workflows (tests/argo_examples/) and the small helpers every local
-runner test file uses to run one and read how it ended."""
+runner test file uses to run one and read how it ended, or to write one (``sh``,
+``steps_workflow``)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,17 @@ def run(tmp_path: Path, manifest: dict[str, Any], **kwargs: Any):
 def states(result) -> dict[str, str]:
     """Each node's phase, by name."""
     return {name: node.state.value for name, node in result.tasks.items()}
+
+
+def sh(name: str, script: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "container": {"image": "i:1", "command": ["sh", "-c", script]}, **extra}
+
+
+def steps_workflow(groups: list[list[dict]], templates: list[dict], **spec: Any) -> dict:
+    main = {"name": "main", "steps": groups}
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "wf"},
+        "spec": {"entrypoint": "main", "templates": [main, *templates], **spec},
+    }

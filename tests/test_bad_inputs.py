@@ -1,10 +1,14 @@
 """A demanding user's bad inputs, across the flow's command line and every step: each is one
 line on stderr naming the field or file and what is wrong, the right exit code (2: the
 user's input), and nothing written where a reader would look. Every case runs the real
-command line in a fresh working directory."""
+command line in a fresh working directory: one case per program as a process of its own
+(``python flows/cifar.py``, ``python -m steps.X``: the CLI end to end, its exit status
+and stderr as a user sees them), the others through the same ``main(argv)`` in this
+process, with its stdout, stderr and exit code captured (SUBPROCESS names which is which)."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -96,6 +100,44 @@ def run(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[s
     )
 
 
+def run_in_process(
+    argv: list[str],
+    cwd: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
+    """What ``run`` does, through the program's ``main(argv)`` in this process: the same
+    working directory and environment, its exit code (an argparse exit's too) and output."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("CIFAR_CACHE_DIR", str(cwd / "cache"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    capsys.readouterr()  # what came before is not this command's
+    if argv[0] == FLOW[0]:  # python flows/cifar.py ARGS: its __main__ block
+        from flows import cifar
+        from flows.cli import main
+
+        def call() -> int:
+            return main(argv[1:], cifar)
+    else:  # python -m steps.X ARGS: the step's __main__ runs main()
+        assert argv[0] == "-m", argv
+        module = importlib.import_module(argv[1])
+        if not hasattr(module, "main"):
+            module = importlib.import_module(f"{argv[1]}.step")
+
+        def call() -> int:
+            return module.main(argv[2:])
+
+    try:
+        code = call()
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
 def written(cwd: Path) -> list[str]:
     """What a failed command left in its working directory (inputs and caches aside)."""
     ignore = {"inputs", "cache"}
@@ -165,6 +207,33 @@ CASES = [
 ]  # fmt: skip
 
 
+# The one case per program that runs as a process of its own (by test id); the rest of
+# each program's cases call its main(argv) in this process.
+SUBPROCESS = {
+    "flow: nproc 0",
+    "stage: ftp dest",
+    "train: not a dataset",
+    "optimize: not a dataset",
+    "predict: top-k past the classes",
+    "serve_check: not an http URL",
+    "malicious pickle-benchmark",
+}
+
+
+@pytest.fixture
+def command(request: pytest.FixtureRequest, monkeypatch, capsys):
+    """Runs a case's command line: as a process for the ids in SUBPROCESS, else in this
+    process."""
+    case = request.node.callspec.id if hasattr(request.node, "callspec") else ""
+
+    def run_case(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+        if case in SUBPROCESS:
+            return run(argv, cwd, **env)
+        return run_in_process(argv, cwd, monkeypatch, capsys, **env)
+
+    return run_case
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     inputs = tmp_path / "inputs"
@@ -177,9 +246,9 @@ def workdir(tmp_path: Path) -> Path:
     ("argv", "env", "code", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
 def test_bad_input_is_one_line_exit_code_and_nothing_written(
-    workdir: Path, argv: list[str], env: dict[str, str], code: int, words: str
+    workdir: Path, command, argv: list[str], env: dict[str, str], code: int, words: str
 ) -> None:
-    done = run(argv, workdir, **env)
+    done = command(argv, workdir, **env)
     assert done.returncode == code, done.stderr
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1, done.stderr
@@ -206,11 +275,11 @@ STEPS = {
 @pytest.mark.parametrize("step", sorted(STEPS))
 @pytest.mark.parametrize("kind", WEIGHTS)
 def test_bad_weights_are_named_refused_and_never_run(
-    workdir: Path, tmp_path_factory: pytest.TempPathFactory, step: str, kind: str
+    workdir: Path, command, tmp_path_factory: pytest.TempPathFactory, step: str, kind: str
 ) -> None:
     marker = tmp_path_factory.mktemp("marker") / "code-ran"
     model_dir(workdir / "bad", weights_bytes(kind, marker))
-    done = run(STEPS[step], workdir)
+    done = command(STEPS[step], workdir)
     assert done.returncode == 2, done.stderr
     (line,) = [line for line in done.stderr.splitlines() if "error:" in line]
     assert line.startswith(f"{step}: error: ") and "/bad/weights.pt: " in line, line
@@ -220,12 +289,14 @@ def test_bad_weights_are_named_refused_and_never_run(
     assert sorted(written(workdir)) == ["bad"]
 
 
-def test_a_decompression_bomb_is_named_and_the_other_pictures_classified(workdir: Path) -> None:
+def test_a_decompression_bomb_is_named_and_the_other_pictures_classified(
+    workdir: Path, command
+) -> None:
     inputs = workdir / "inputs"
     bomb_png(inputs / "huge.png")
     Image.new("RGB", (64, 64), (10, 200, 30)).save(inputs / "good2.jpg")
     argv = ["-m", "steps.predict", "inputs/cat.png", "inputs/huge.png", "inputs/good2.jpg"]
-    done = run([*argv, "--model", "inputs/model"], workdir)
+    done = command([*argv, "--model", "inputs/model"], workdir)
     assert done.returncode == 2, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["inputs/cat.png", "inputs/good2.jpg"]
@@ -233,3 +304,16 @@ def test_a_decompression_bomb_is_named_and_the_other_pictures_classified(workdir
     (error,) = [line for line in done.stderr.splitlines() if "error:" in line]
     assert "inputs/huge.png: 400,000,000 pixels, over Pillow's limit" in error
     assert "decompression bomb" in error
+
+
+def program(argv: list[str]) -> str:
+    return "flows/cifar.py" if argv[0] == FLOW[0] else argv[1]
+
+
+def test_every_program_runs_once_as_a_process_of_its_own() -> None:
+    """SUBPROCESS names real cases, one per program that the cases run."""
+    argv_of = {name: argv for name, argv, *_ in CASES}
+    argv_of |= {f"{kind}-{step}": STEPS[step] for kind in WEIGHTS for step in STEPS}
+    assert SUBPROCESS - set(argv_of) == set()
+    chosen = [program(argv_of[case]) for case in SUBPROCESS]
+    assert sorted(chosen) == sorted({program(argv) for argv in argv_of.values()})

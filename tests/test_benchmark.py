@@ -3,7 +3,6 @@ and the registry gate against a real MLflow server (promote the better, keep the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -28,38 +27,23 @@ from steps.common.models import build_model
 from steps.common.trained_model import InputError
 from steps.optimize import step as optimize
 from tests.conftest import REPO_ROOT
-from tests.test_optimize_support import (  # noqa: F401
+from tests.model_bundle import (
     CPU_VARIANTS,
     FAST,
     PORTABLE_VARIANTS,
     WIDTH,
     Bundle,
-    bundle,
+    bench_args,
     optimize_args,
     save_model,
-    train_tiny,
 )
 
 VARIANTS = ["eager", *CPU_VARIANTS, *PORTABLE_VARIANTS]
 BATCHES = [1, 4, 16]
 
 
-def bench_args(model: str, optimized: str, dataset: str, output: Path, *overrides: str, **kw):
-    return argparse.Namespace(
-        model=model,
-        optimized=optimized,
-        dataset=dataset,
-        output=str(output),
-        config=None,
-        overrides=[*FAST, *overrides],
-        mlflow_run_id=None,
-        outputs_dir=kw.get("outputs_dir"),
-        debug=False,
-    )
-
-
 @pytest.fixture(scope="module")
-def result(bundle: Bundle, tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
+def result(bundle: Bundle, tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("bench")
     args = bench_args(
         bundle.model_uri,
@@ -155,14 +139,14 @@ def test_report_outputs_and_summary(result: dict) -> None:
     assert "MLflow tracking off" in markdown
 
 
-def test_variants_of_another_model_are_refused(bundle: Bundle, tmp_path: Path) -> None:  # noqa: F811
+def test_variants_of_another_model_are_refused(bundle: Bundle, tmp_path: Path) -> None:
     other = save_model(build_model("resnet9", 10, WIDTH).eval(), bundle.dataset_uri, tmp_path / "m")
     args = bench_args(other, bundle.optimized_uri, bundle.dataset_uri, tmp_path / "r")
     with pytest.raises(InputError, match=r"was optimized from .*, not from .* \(weights differ\)"):
         benchmark.run(args)
 
 
-def test_batch_outside_the_dynamic_range_is_a_config_error(bundle: Bundle, tmp_path: Path) -> None:  # noqa: F811
+def test_batch_outside_the_dynamic_range_is_a_config_error(bundle: Bundle, tmp_path: Path) -> None:
     args = bench_args(
         bundle.model_uri,
         bundle.optimized_uri,
@@ -249,7 +233,7 @@ def test_previous_version_is_never_this_runs_own(champion, previous: str) -> Non
 
 
 def test_registry_promotes_the_better_model_only(
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     tmp_path: Path,
     mlflow_server,
     monkeypatch: pytest.MonkeyPatch,
@@ -352,7 +336,7 @@ def test_registry_promotes_the_better_model_only(
     ],
     ids=["ok", "outside-range"],
 )
-def test_cli(bundle: Bundle, tmp_path: Path, sets: list[str], code: int, stderr: str) -> None:  # noqa: F811
+def test_cli(bundle: Bundle, tmp_path: Path, sets: list[str], code: int, stderr: str) -> None:
     command = [sys.executable, "-m", "steps.benchmark", "--model", bundle.model_uri]
     command += ["--optimized", bundle.optimized_uri, "--dataset", bundle.dataset_uri]
     command += ["--output", str(tmp_path / "r"), "--outputs-dir", str(tmp_path / "o")]
@@ -370,7 +354,7 @@ def test_cli(bundle: Bundle, tmp_path: Path, sets: list[str], code: int, stderr:
         assert json.loads((tmp_path / "o" / "summary.json").read_text())["seconds"] > 0
 
 
-def test_variants_and_report_in_s3(bundle: Bundle, s3_bucket, tmp_path: Path) -> None:  # noqa: F811
+def test_variants_and_report_in_s3(bundle: Bundle, s3_bucket, tmp_path: Path) -> None:
     """On a cluster OPT_URI and REPORT_URI are S3 prefixes: write, fetch and publish there."""
     opt, report = f"{s3_bucket.uri}/run-1/optimized", f"{s3_bucket.uri}/run-1/benchmark"
     optimize.run(optimize_args(bundle.model_uri, bundle.dataset_uri, opt, *S3_SETS))

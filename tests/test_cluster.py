@@ -18,12 +18,10 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from steps.common.version import package_version
-from tests.cluster_build import kubectl, walk
+from tests.cluster_build import CLUSTER, K8S_VERSION, VENDOR, kubectl, walk
 from tests.conftest import REPO_ROOT, SHARED
 from tests.servers import SeaweedFS
 
-CLUSTER = REPO_ROOT / "configs" / "cluster"
-VENDOR = CLUSTER / "vendor"  # upstream's files, git-ignored (tests/test_cluster_install.py)
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
 # applied after the top level: Volcano's Queue once Volcano answers; Trainer v2 for
 # train.launcher=trainjob; KServe (the deploy step) once cert-manager answers
@@ -31,7 +29,6 @@ OPTIONAL_BASES = {"scheduling", "trainer", "kserve-crds", "kserve"}
 # checked against their CRDs, not core schemas (Queue: tests/test_conformance_cluster.py)
 CRD_KINDS = {"ClusterTrainingRuntime", "Queue"}
 VALIDATOR = SHARED / "tools" / "validate_manifests.py"
-K8S_VERSION = "1.33.0"
 
 
 def render(base: str) -> list[dict[str, Any]]:

@@ -22,7 +22,16 @@ import yaml
 from tests import cluster_build
 from tests import cluster_install_steps as steps
 from tests.cluster_build import BUILT_LAYERS as BUILT
-from tests.cluster_build import POPULATE, SHARED_VENDOR, kustomize, walk
+from tests.cluster_build import (
+    CLUSTER,
+    K8S_VERSION,
+    POPULATE,
+    SHARED_VENDOR,
+    VENDOR,
+    kustomize,
+    vendor,
+    walk,
+)
 from tests.cluster_install_steps import (
     CLUSTER_DOC,
     cluster_commands,
@@ -30,8 +39,6 @@ from tests.cluster_install_steps import (
     quick_start_commands,
 )
 from tests.conftest import REPO_ROOT, SHARED
-from tests.test_cluster import CLUSTER, K8S_VERSION, VENDOR
-from tests.test_cluster_vendor import vendor
 
 LATEST = re.compile(r"[\w.-]+/[\w./-]+:latest\b")
 # cert-manager installs from its release's manifest, which vendor.py renders from the

@@ -5,7 +5,6 @@ tampered or missing file by name without writing anything."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import os
 import re
@@ -14,11 +13,11 @@ import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
+from tests.cluster_build import vendor
 from tests.conftest import REPO_ROOT
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"
@@ -62,17 +61,6 @@ TINY_CERT_MANAGER = {
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cert-manager\n"
     ),
 }
-
-
-def load_vendor() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cluster_vendor", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-vendor = load_vendor()
 
 
 def pinned_helm() -> str | None:

@@ -28,8 +28,8 @@ from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
 from tests.cluster_install_steps import cluster_commands, rendered_runtime
 from tests.conftest import REPO_ROOT
+from tests.flow_helpers import run_of
 from tests.k8s_rbac import Rbac, Request, ServiceAccount
-from tests.test_flow import run_of
 
 CONFIGS = ["local", "smoke", "cluster", "kind"]
 LAUNCHERS = ["pytorchjob", "trainjob"]
@@ -326,6 +326,7 @@ def test_the_cluster_page_has_the_user_create_each_hand_made_object() -> None:
 # --- the Queue and the PriorityClass ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_queue_is_valid_and_opens() -> None:
     (queue,) = [d for d in own() if d["kind"] == "Queue"]
     crd = cb.queue_crd()

@@ -47,7 +47,7 @@ from flows.train_step import delete_when
 from steps.common.config import load_config
 from tests import test_inferenceservice as ti
 from tests.argo_conditions import outcome, parse
-from tests.test_flow import CONFIGS, VALIDATOR, argo_substitute, parameter_values, templates
+from tests.flow_helpers import CONFIGS, VALIDATOR, argo_substitute, parameter_values, templates
 
 LAUNCHERS = ("pytorchjob", "trainjob")
 WORKFLOW_OWNER = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow"}

@@ -16,7 +16,7 @@ from flows.tracking_step import PICTURES
 from steps import tracking
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
-from tests.test_flow import CONFIGS, templates
+from tests.flow_helpers import CONFIGS, templates
 
 
 def test_the_flow_names_the_pictures_close_run_copies() -> None:

@@ -27,7 +27,7 @@ from flows import cifar, cli
 from flows.argo_server import resolve_config
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
-from tests.test_flow import SECRETS
+from tests.flow_helpers import SECRETS
 
 TOKEN = "s3cr3t-t0ken"
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")

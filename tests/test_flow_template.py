@@ -4,9 +4,7 @@ job get the config's values, and a parameter given at submission changes what it
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -15,7 +13,7 @@ from flows.cifar import build_template
 from flows.manifests.pod import config_args
 from flows.train_step import ARGO_WORKFLOW_LABEL
 from steps.common.config import load_config
-from tests.test_flow import (
+from tests.flow_helpers import (
     CONFIGS,
     argo_substitute,
     described_job,
@@ -26,50 +24,7 @@ from tests.test_flow import (
     train_tasks,
     when_holds,
 )
-from tests.test_pytorchjob import webhook_problems
-
-GPU = "nvidia.com/gpu"
-
-
-NPROC: dict[str, int] = {}  # the template resolves nproc_per_node=auto (set per test)
-
-
-def _config_of(args: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """A step's own arguments, and the config its ``--set`` arguments rebuild; ``auto``
-    processes per node as the template resolves them."""
-    own, overrides, rest = [], [], iter(args)
-    for arg in rest:
-        if arg == "--set":
-            overrides.append(next(rest))
-        else:
-            own.append(arg)
-    config = load_config(None, overrides).model_dump(mode="json")
-    if config["train"]["nproc_per_node"] == "auto":
-        config["train"]["nproc_per_node"] = NPROC["auto"]
-    return own, config
-
-
-def comparable_job(job: dict[str, Any]) -> dict[str, Any]:
-    """What may differ between the template's job and the one the config describes
-    removed: the name's room for larger jobs, a request for zero GPUs, and the order of
-    the ``--set`` arguments (each container's arguments as the config they rebuild)."""
-    job = copy.deepcopy(job)
-    job["metadata"].pop("generateName")
-
-    def walk(node: Any) -> None:
-        if isinstance(node, list):
-            for item in node:
-                walk(item)
-        elif isinstance(node, dict):
-            if node.get(GPU) == "0":
-                del node[GPU]
-            if "command" in node and "args" in node:  # a container, a TrainJob's trainer
-                node["args"] = _config_of(node["args"])
-            for value in node.values():
-                walk(value)
-
-    walk(job["spec"])
-    return job
+from tests.job_checks import GPU, NPROC, comparable_job, config_of, webhook_problems
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -84,7 +39,7 @@ def test_the_template_with_its_defaults_runs_the_config(path: Path) -> None:
     run = run_of(cfg)
     found = templates(run)
     assert "train-multinode" not in found and [t["name"] for t in train_tasks(run)] == ["train"]
-    own, wanted = _config_of(config_args(cfg))
+    own, wanted = config_of(config_args(cfg))
     assert own == []
     steps = {n: t["container"]["args"] for n, t in found.items() if "container" in t}
     assert steps.keys() == {
@@ -97,7 +52,7 @@ def test_the_template_with_its_defaults_runs_the_config(path: Path) -> None:
         "close-run",
     }
     for name, args in steps.items():
-        assert _config_of(args)[1] == wanted, name
+        assert config_of(args)[1] == wanted, name
     assert found["stage"]["memoize"]["key"].startswith("stage-")
     assert comparable_job(job_of(run)) == comparable_job(described_job(cfg))
 

@@ -28,7 +28,7 @@ from tests import cluster_build
 from tests import kserve_status as ks
 from tests.argo_conditions import LABEL_VALUE, outcome, parse
 from tests.cluster_build import POPULATE
-from tests.test_flow import CONFIGS, VALIDATOR
+from tests.flow_helpers import CONFIGS, VALIDATOR
 
 VALUES = {"model-uri": "models:/cifar10-classifier/7", "run-id": "0123456789abcdef" * 2}
 VALUES |= {"model-version": "7", "previous-version": "6"}

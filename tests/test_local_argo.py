@@ -256,11 +256,15 @@ def test_a_memo_hit_whose_files_are_gone_runs_the_task_again(tmp_path: Path) -> 
 
 
 def test_argo_example_dag_disable_fail_fast(tmp_path: Path) -> None:
-    """Argo ends it Failed: C fails after 1 + 3 attempts with exit 2, while B (30 s), D and
-    E run to the end."""
+    """Argo ends it Failed: C fails after 1 + 3 attempts with exit 2, while B, D and E run
+    to the end. B's sleep shortened from 30 s to 4 s: C's four attempts end within a
+    second here, so B still runs on after C failed (asserted)."""
     import yaml
 
     manifest = yaml.safe_load((EXAMPLES / "dag-disable-failFast.yaml").read_text())
+    (b,) = [t for t in manifest["spec"]["templates"] if t["name"] == "b"]
+    assert b["container"]["args"] == ["sleep 30; echo haha"]
+    b["container"]["args"] = ["sleep 4; echo haha"]
     _, result = run(tmp_path, manifest)
     assert result.status == "Failed"
     assert states(result) == {
@@ -268,6 +272,7 @@ def test_argo_example_dag_disable_fail_fast(tmp_path: Path) -> None:
     }  # fmt: skip
     assert (result.tasks["C"].attempts, result.tasks["C"].exit_code) == (4, 2)
     assert result.tasks["B"].attempts == 1
+    assert result.tasks["C"].finished < result.tasks["B"].finished  # failFast: false held
 
 
 def test_exit_handler_sees_duration_and_failures(tmp_path: Path) -> None:

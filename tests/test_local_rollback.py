@@ -1,19 +1,19 @@
-"""The whole pipeline with its live check made to fail: the smoke config run here exactly as
-``python flows/cifar.py`` runs it (the WorkflowTemplate and a Workflow referring to it),
-against a real SeaweedFS S3 server and a real ``mlflow server``, with one change made by
-the task handler (the runner's test seam): serve-check is given a time limit no check can
-meet. What follows is the pipeline's own doing: the step fails and moves the alias back,
-the DAG's ``rollback-delete`` (a first deployment) deletes the InferenceService, so its
-local server is stopped, and ``rollback-apply`` is Skipped (no earlier version). A second
-run against a champion it cannot beat leaves the alias where it is: deploy and serve-check
-Skipped.
+"""The whole pipeline with its live check made to fail: the smoke config (made smaller, see
+below) run here exactly as ``python flows/cifar.py`` runs it (the WorkflowTemplate and a
+Workflow referring to it), against a real SeaweedFS S3 server and a real ``mlflow
+server``, with one change made by the task handler (the runner's test seam): serve-check
+is given a time limit no check can meet. What follows is the pipeline's own doing: the
+step fails and moves the alias back, the DAG's ``rollback-delete`` (a first deployment)
+deletes the InferenceService, so its local server is stopped, and ``rollback-apply`` is
+Skipped (no earlier version). A second run against a champion it cannot beat leaves the
+alias where it is: deploy and serve-check Skipped.
 
 Then deploy as a transaction (issue 30) over a previous version that serves, as the
 cluster's InferenceService outlives the workflow that deployed it: the previous champion's
 server is up, as the runner starts it, before each run. The handler starts the new
 version's server late (``start_service``): never, or after a few seconds within
-``serving.ready_timeout_s``. The runs use the smoke config made smaller (one epoch, one
-optimize variant, one batch size, one check concurrency)."""
+``serving.ready_timeout_s``. Every run uses the smoke config made smaller (one epoch, one
+optimize variant, one batch size, one check concurrency: tests/pipeline_runs.py's SMALL)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ from steps.common.config import load_config
 from steps.common.serving.client import ServingClient, ServingError
 from tests.conftest import REPO_ROOT, S3Bucket
 from tests.mlflow_server import MLflowServer
+from tests.pipeline_runs import SMALL
 
 pytestmark = pytest.mark.slow
 MODEL = "cifar-rollback-test"  # a model no other test registers: this run's is the first
@@ -66,6 +67,7 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
     s3_bucket: S3Bucket, mlflow_server: MLflowServer, tmp_path: Path
 ) -> None:
     overrides = [
+        *SMALL,  # the smoke config made smaller: the check fails on its time limit
         f"storage.root_uri={s3_bucket.uri}/rollback",
         f"storage.endpoint_url={s3_bucket.server.endpoint}",
         f"tracking.uri={mlflow_server.uri}",
@@ -151,15 +153,6 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
 # --- deploy as a transaction, over a previous version that serves ---------------------
 
 TXN_MODEL = "cifar-transaction-test"
-SMALL = [  # the smoke config made smaller: accuracy is compared, not asserted
-    "train.epochs=1",
-    "optimize.variants=[onnx]",  # a portable variant: the registered model is the pyfunc
-    "optimize.int8=false",
-    "benchmark.batch_sizes=[8]",
-    "benchmark.rounds=1",
-    "serving.check_concurrency=[1]",
-    f"benchmark.registered_model={TXN_MODEL}",
-]
 READY_TIMEOUT_S = 25  # serving.ready_timeout_s: the deploy's deadline and the check's wait
 LATE_S = 8  # the new server of the slow run: ready this long after its start
 WAIT_THEN_RUN = (
@@ -202,7 +195,9 @@ def transaction(tmp_path_factory: pytest.TempPathFactory, mlflow_server: MLflowS
     root = tmp_path_factory.mktemp("transaction")
     cwd = root / "work"
     cwd.mkdir()
-    overrides = [*SMALL, f"tracking.uri={mlflow_server.uri}"]
+    # the smoke config made smaller: accuracy is compared, not asserted
+    overrides = [*SMALL, f"benchmark.registered_model={TXN_MODEL}"]
+    overrides.append(f"tracking.uri={mlflow_server.uri}")
     overrides.append(f"serving.ready_timeout_s={READY_TIMEOUT_S}")
     cfg = localize(load_config(REPO_ROOT / "configs" / "smoke.yaml", overrides), cwd)
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.test_local_pipeline import pipeline, state_of  # noqa: F401 (fixture)
+from tests.pipeline_runs import SMALL_AFTER_TRAIN, sets, state_of
 
 STOPPED = "Stopped with strategy 'Stop'"
 SCRIPT = r"""
@@ -181,11 +181,14 @@ def test_close_run_reads_a_stop_from_workflow_failures(failures: str, stopped: b
 
 
 @pytest.mark.slow
-def test_sigterm_during_train_of_the_smoke_pipeline(pipeline) -> None:  # noqa: F811
-    """The real pipeline: torchrun and both ranks gone, the MLflow run KILLED, resumable."""
+def test_sigterm_during_train_of_the_smoke_pipeline(pipeline) -> None:
+    """The real pipeline: torchrun and both ranks gone, the MLflow run KILLED, resumable.
+    The smoke config's training (its accuracy is asserted), the rest made small
+    (SMALL_AFTER_TRAIN) and nothing served: this test is about stopping and resuming."""
     from flows.local.pods.processes import descendants
 
-    args, env, cwd, mlflow = pipeline
+    env, cwd, mlflow = pipeline.env, pipeline.cwd, pipeline.mlflow
+    args = [*pipeline.args, *sets([*SMALL_AFTER_TRAIN, "serving.enabled=false"])]
     process = subprocess.Popen(
         [sys.executable, str(REPO_ROOT / "flows" / "cifar.py"), *args],
         cwd=cwd,

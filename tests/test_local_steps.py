@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
@@ -16,21 +15,7 @@ from rich.console import Console
 from flows.local.errors import UnsupportedFeature
 from flows.local.view import print_summary
 from flows.local.workflow import LocalRunner
-from tests.local_examples import example, run, states
-
-
-def sh(name: str, script: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "container": {"image": "i:1", "command": ["sh", "-c", script]}, **extra}
-
-
-def steps_workflow(groups: list[list[dict]], templates: list[dict], **spec: Any) -> dict:
-    main = {"name": "main", "steps": groups}
-    return {
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Workflow",
-        "metadata": {"name": "wf"},
-        "spec": {"entrypoint": "main", "templates": [main, *templates], **spec},
-    }
+from tests.local_examples import example, run, sh, states, steps_workflow
 
 
 @pytest.mark.parametrize("name", ["scripts-python", "scripts-bash"])

@@ -201,18 +201,20 @@ def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path
 
 @pytest.mark.slow
 def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) -> None:
-    """python flows/cifar.py with train.launcher=trainjob (smoke config) runs the
-    WorkflowTemplate that --submit applies: train is a TrainJob run as one torchrun."""
+    """python flows/cifar.py with train.launcher=trainjob (smoke config, made small: this
+    is about the launcher) runs the WorkflowTemplate that --submit applies: train is a
+    TrainJob run as one torchrun."""
     import json
     import os
     import subprocess
     import sys
 
     from steps.common.config import REPO_ROOT
+    from tests.pipeline_runs import SMALL, sets
 
     smoke = REPO_ROOT / "configs" / "smoke.yaml"
     argv = [sys.executable, str(REPO_ROOT / "flows" / "cifar.py"), "--config", str(smoke)]
-    argv += ["--set", "train.launcher=trainjob", "--set", "train.epochs=1", "-p", "nodes=1"]
+    argv += ["--set", "train.launcher=trainjob", *sets(SMALL), "-p", "nodes=1"]
     env = {**os.environ, "CIFAR_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO_ROOT)}
     env.pop("MLFLOW_TRACKING_URI", None)
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

@@ -32,11 +32,10 @@ from steps.optimize import builders, variants
 from steps.optimize import step as optimize
 from steps.optimize.builders import SMALL_BATCH_PROBE_LIMIT
 from tests.conftest import REPO_ROOT
-from tests.test_optimize_support import (  # noqa: F401
+from tests.model_bundle import (
     BF16_CPU,
     CPU_VARIANTS,
     Bundle,
-    bundle,
     optimize_args,
 )
 
@@ -49,7 +48,7 @@ def _doc(b: Bundle) -> dict:
 
 
 @pytest.mark.parametrize("name", CPU_VARIANTS)
-def test_cpu_variants_pass_parity_and_reload(bundle: Bundle, name: str) -> None:  # noqa: F811
+def test_cpu_variants_pass_parity_and_reload(bundle: Bundle, name: str) -> None:
     entry = _doc(bundle)["variants"][name]
     assert entry["status"] == "built"
     assert entry["precision"] == ("bf16" if name == "aoti_bf16" else "fp32")
@@ -61,7 +60,7 @@ def test_cpu_variants_pass_parity_and_reload(bundle: Bundle, name: str) -> None:
 
 
 @pytest.mark.skipif(BF16_CPU, reason="this CPU has BF16 units: aoti_bf16 is built")
-def test_aoti_bf16_skipped_with_reason_on_cpus_without_bf16(bundle: Bundle) -> None:  # noqa: F811
+def test_aoti_bf16_skipped_with_reason_on_cpus_without_bf16(bundle: Bundle) -> None:
     entry = _doc(bundle)["variants"]["aoti_bf16"]
     assert entry["status"] == "skipped"
     assert "no native BF16" in entry["reason"]
@@ -69,7 +68,7 @@ def test_aoti_bf16_skipped_with_reason_on_cpus_without_bf16(bundle: Bundle) -> N
 
 @pytest.mark.parametrize("name", ["tensorrt_fp32", "tensorrt_fp16", "tensorrt_int8"])
 @pytest.mark.skipif(HAS_TENSORRT, reason="CUDA and torch-tensorrt present: TensorRT is built")
-def test_tensorrt_recorded_as_skipped_with_reason(bundle: Bundle, name: str) -> None:  # noqa: F811
+def test_tensorrt_recorded_as_skipped_with_reason(bundle: Bundle, name: str) -> None:
     entry = _doc(bundle)["variants"][name]
     assert entry["status"] == "skipped"
     assert entry["optional"]
@@ -82,7 +81,7 @@ def test_tensorrt_recorded_as_skipped_with_reason(bundle: Bundle, name: str) -> 
     assert not (bundle.root / "opt" / entry["file"]).exists()
 
 
-def test_aoti_small_batch_program_is_chosen_by_timing(bundle: Bundle) -> None:  # noqa: F811
+def test_aoti_small_batch_program_is_chosen_by_timing(bundle: Bundle) -> None:
     entry = _doc(bundle)["variants"]["aoti"]
     crossover = entry["details"]["small_batch"]
     timings = {int(b): ms for b, ms in crossover["timing_ms"].items()}
@@ -113,6 +112,7 @@ def test_aoti_small_batch_program_is_chosen_by_timing(bundle: Bundle) -> None:  
     assert torch.allclose(small, large[: runner.small_max], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_aoti_without_small_batch_program(tmp_path: Path) -> None:
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
@@ -132,7 +132,7 @@ def test_aoti_without_small_batch_program(tmp_path: Path) -> None:
     assert torch.allclose(out, model(x), atol=1e-4)
 
 
-def test_outputs_and_manifest(bundle: Bundle) -> None:  # noqa: F811
+def test_outputs_and_manifest(bundle: Bundle) -> None:
     out = bundle.root / "outputs"
     assert (out / "optimized_uri").read_text() == bundle.optimized_uri
     summary = json.loads((out / "summary.json").read_text())
@@ -144,7 +144,7 @@ def test_outputs_and_manifest(bundle: Bundle) -> None:  # noqa: F811
     assert doc["weights_sha256"] and doc["environment"]["torch"] == torch.__version__
 
 
-def test_rerun_with_same_weights_and_settings_reuses(bundle: Bundle, tmp_path: Path) -> None:  # noqa: F811
+def test_rerun_with_same_weights_and_settings_reuses(bundle: Bundle, tmp_path: Path) -> None:
     args = optimize_args(bundle.model_uri, bundle.dataset_uri, bundle.root / "opt")
     args.outputs_dir = tmp_path
     result = optimize.run(args)
@@ -167,7 +167,7 @@ def _perturbed_torchscript(real):
     ("optional", "outcome"), [([], "fails the step"), (["torchscript"], "is recorded")]
 )
 def test_perturbed_variant_fails_the_gate(
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     optional: list[str],
@@ -207,7 +207,7 @@ def test_perturbed_variant_fails_the_gate(
     ],
 )
 def test_bad_settings_fail_before_any_work(
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     tmp_path: Path,
     overrides: list[str],
     error: type,
@@ -218,7 +218,7 @@ def test_bad_settings_fail_before_any_work(
         optimize.run(args)
 
 
-def test_missing_model_is_a_user_error(bundle: Bundle, tmp_path: Path) -> None:  # noqa: F811
+def test_missing_model_is_a_user_error(bundle: Bundle, tmp_path: Path) -> None:
     args = optimize_args(tmp_path.as_uri(), bundle.dataset_uri, tmp_path / "opt")
     with pytest.raises(InputError, match=r"model\.json: missing; pass the MODEL_URI"):
         optimize.run(args)
@@ -231,7 +231,7 @@ def test_missing_model_is_a_user_error(bundle: Bundle, tmp_path: Path) -> None: 
         ("/nonexistent/model", 2, r"^optimize: error: file:///nonexistent/model/model\.json"),
     ],
 )
-def test_cli(bundle: Bundle, tmp_path: Path, model: str, code: int, stderr: str) -> None:  # noqa: F811
+def test_cli(bundle: Bundle, tmp_path: Path, model: str, code: int, stderr: str) -> None:
     model = bundle.model_uri if model == "GOOD" else model
     command = [sys.executable, "-m", "steps.optimize", "--model", model]
     command += ["--dataset", bundle.dataset_uri, "--output", str(tmp_path / "opt")]
@@ -245,7 +245,7 @@ def test_cli(bundle: Bundle, tmp_path: Path, model: str, code: int, stderr: str)
 
 
 def test_mlflow_gets_files_numbers_and_environment(
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     tmp_path: Path,
     mlflow_server,
     monkeypatch: pytest.MonkeyPatch,
@@ -274,7 +274,7 @@ def test_mlflow_gets_files_numbers_and_environment(
 
 
 @pytest.mark.skipif(not HAS_TENSORRT, reason="needs CUDA and torch-tensorrt")
-def test_tensorrt_variants_pass_parity_on_gpu(bundle: Bundle, tmp_path: Path) -> None:  # noqa: F811
+def test_tensorrt_variants_pass_parity_on_gpu(bundle: Bundle, tmp_path: Path) -> None:
     args = optimize_args(
         bundle.model_uri, bundle.dataset_uri, tmp_path / "opt", "optimize.variants=[tensorrt]"
     )

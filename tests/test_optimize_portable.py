@@ -21,7 +21,7 @@ from steps.common.trained_model import load_test_split, load_trained, normalize
 from steps.optimize import portable
 from steps.optimize import step as optimize
 from tests.conftest import REPO_ROOT
-from tests.test_optimize_support import Bundle, bundle, optimize_args  # noqa: F401
+from tests.model_bundle import Bundle, optimize_args
 
 PORTABLE = ["onnx", "openvino"]
 INT8 = ["onnx_int8", "openvino_int8"]
@@ -33,7 +33,7 @@ def _doc(b: Bundle) -> dict:
 
 
 @pytest.mark.parametrize("name", PORTABLE)
-def test_fp32_variants_pass_the_fp32_gate(bundle: Bundle, name: str) -> None:  # noqa: F811
+def test_fp32_variants_pass_the_fp32_gate(bundle: Bundle, name: str) -> None:
     entry = _doc(bundle)["variants"][name]
     assert entry["status"] == "built", entry.get("reason")
     assert entry["parity"]["max_abs_diff"] <= 1e-3 and entry["parity"]["top1_agreement"] == 1.0
@@ -42,7 +42,7 @@ def test_fp32_variants_pass_the_fp32_gate(bundle: Bundle, name: str) -> None:  #
 
 
 @pytest.mark.parametrize("name", INT8)
-def test_int8_variants_are_gated_on_agreement(bundle: Bundle, name: str) -> None:  # noqa: F811
+def test_int8_variants_are_gated_on_agreement(bundle: Bundle, name: str) -> None:
     entry = _doc(bundle)["variants"][name]
     assert entry["precision"] == "int8" and entry["optional"]
     assert entry["details"]["calibration_images"] == 300
@@ -57,7 +57,7 @@ def test_int8_variants_are_gated_on_agreement(bundle: Bundle, name: str) -> None
 
 
 def test_int8_below_the_gate_is_not_shipped(
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -79,7 +79,7 @@ def test_int8_below_the_gate_is_not_shipped(
 
 @pytest.mark.parametrize(("module", "kind"), [("onnxruntime", "onnx"), ("openvino", "openvino")])
 def test_runtime_not_installed_is_skipped_with_reason(
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     module: str,
@@ -108,7 +108,7 @@ print(json.dumps(out))
 """
 
 
-def test_portable_files_reload_without_torch_or_steps(bundle: Bundle, tmp_path: Path) -> None:  # noqa: F811
+def test_portable_files_reload_without_torch_or_steps(bundle: Bundle, tmp_path: Path) -> None:
     doc = _doc(bundle)
     built = {
         n: e for n, e in doc["variants"].items() if e["kind"] in PORTABLE and e["status"] == "built"

@@ -14,7 +14,7 @@ from flows.manifests.names import FlowError
 from flows.parameters import step_settings
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
-from tests.test_flow import argo_substitute
+from tests.flow_helpers import argo_substitute
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 KNOWN = (

@@ -24,7 +24,7 @@ from steps.common.optimized_variants import PREFERENCE, variant_order
 from steps.common.trained_model import InputError, load_test_split, normalize
 from steps.optimize.variants import NAMES
 from tests.conftest import REPO_ROOT
-from tests.test_optimize_support import BF16_CPU, FASTEST, Bundle, bundle  # noqa: F401
+from tests.model_bundle import BF16_CPU, FASTEST, Bundle
 
 
 def predict_args(images: list[Path], model: str, optimized: str | None = None, **kw):
@@ -59,7 +59,7 @@ FILES = [
 
 
 @pytest.fixture(scope="module")
-def pictures(bundle: Bundle, tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
+def pictures(bundle: Bundle, tmp_path_factory: pytest.TempPathFactory) -> dict:
     directory = tmp_path_factory.mktemp("pictures")
     pixels, label = _test_image(bundle, 3)
     paths = {}
@@ -80,7 +80,7 @@ def pictures(bundle: Bundle, tmp_path_factory: pytest.TempPathFactory) -> dict: 
 
 
 @pytest.fixture(scope="module")
-def outcome(bundle: Bundle, pictures: dict) -> predict.PredictResult:  # noqa: F811
+def outcome(bundle: Bundle, pictures: dict) -> predict.PredictResult:
     images = [pictures["paths"][name] for name, _, _ in FILES]
     return predict.run(predict_args(images, bundle.model_uri, bundle.optimized_uri, top_k=3))
 
@@ -100,7 +100,7 @@ def outcome(bundle: Bundle, pictures: dict) -> predict.PredictResult:  # noqa: F
 def test_each_file_is_classified_or_named_in_one_error(
     outcome: predict.PredictResult,
     pictures: dict,
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     name: str,
     error: str | None,
 ) -> None:
@@ -151,7 +151,7 @@ AOTI = ("aoti", "aoti_bf16")
     ids=["eager", "fastest", "named", "named-eager", "next", "no-portable", "no-aoti"],
 )
 def test_variant_choice_falls_back(
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     pictures: dict,
     tmp_path: Path,
     optimized: bool,
@@ -208,7 +208,7 @@ def test_variant_order_without_a_benchmark(built: list[str], order: list[str]) -
     ],
 )
 def test_bad_options_are_user_errors(
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     pictures: dict,
     kw: dict,
     optimized: bool,
@@ -220,7 +220,7 @@ def test_bad_options_are_user_errors(
         predict.run(args)
 
 
-def test_cli_prints_a_line_per_picture_and_one_error_line(bundle: Bundle, pictures: dict) -> None:  # noqa: F811
+def test_cli_prints_a_line_per_picture_and_one_error_line(bundle: Bundle, pictures: dict) -> None:
     good, bad = pictures["paths"]["small.jpg"], pictures["paths"]["notes.txt"]
     command = [
         sys.executable,
@@ -243,7 +243,7 @@ def test_cli_prints_a_line_per_picture_and_one_error_line(bundle: Bundle, pictur
     ("count", "used"), [(1, "onnx_int8"), (3, "onnx_int8"), (4, "openvino"), (40, "openvino")]
 )
 def test_report_dispatches_per_batch_size(
-    bundle: Bundle,  # noqa: F811
+    bundle: Bundle,
     pictures: dict,
     tmp_path: Path,
     count: int,

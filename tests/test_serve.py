@@ -6,22 +6,18 @@ requests, the delay bound); 413 before the body is read; the step's exit codes; 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import itertools
 import json
 import os
-import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlflow
@@ -30,76 +26,16 @@ import pytest
 
 from steps.common.config import PipelineConfig
 from steps.common.serving.client import ServingClient, ServingError, predict_classes, request_body
-from steps.common.trained_model import load_test_split
 from steps.serve import step
 from steps.serve.app import ServingApp
 from steps.serve.batcher import Batcher
 from steps.serve.predictor import Predictor
 from tests.conftest import REPO_ROOT
-from tests.test_optimize_support import Bundle, bundle  # noqa: F401
-from tests.test_serving import NAME, champion, served  # noqa: F401
-
-CHAMPION = f"models:/{NAME}@champion"
-
-
-@dataclass
-class Running:
-    url: str
-    process: subprocess.Popen
-    lines: list[str] = field(default_factory=list)
-
-    @property
-    def address(self) -> tuple[str, int]:
-        parts = urllib.parse.urlsplit(self.url)
-        return parts.hostname or "", parts.port or 0
-
-    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        code = self.process.wait(timeout=60)
-        time.sleep(0.1)  # the reader thread takes the last lines
-        return code, "\n".join(self.lines)
-
-
-@contextlib.contextmanager
-def serving(champion: dict, *overrides: str, model: str = CHAMPION) -> Iterator[Running]:  # noqa: F811
-    """``python -m steps.serve`` on a free port, ready; stopped (SIGTERM) at the end."""
-    command = [sys.executable, "-m", "steps.serve", "--model-uri", model, "--port", "0"]
-    for override in overrides:
-        command += ["--set", override]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"], "PYTHONPATH": str(REPO_ROOT)}
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: list[str] = []
-    first: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        for line in process.stdout:  # type: ignore[union-attr]
-            lines.append(line.rstrip("\n"))
-            if line.startswith("serving "):
-                first.put(line)
-        first.put("")
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        line = first.get(timeout=120)
-        match = re.fullmatch(
-            rf"serving {re.escape(model)} on (http://\S+) \(POST /invocations\)\n", line
-        )
-        assert match, "\n".join(lines)
-        running = Running(match.group(1), process, lines)
-        with ServingClient(running.url) as client:
-            client.wait_ready(120)
-        yield running
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
+from tests.serving_helpers import CHAMPION, NAME, Running, answer, raw_post, serving
 
 
 @pytest.fixture(scope="module")
-def ours(champion: dict) -> Iterator[Running]:  # noqa: F811
+def ours(champion: dict) -> Iterator[Running]:
     with serving(champion, "serving.max_delay_ms=50") as running:
         yield running
         code, output = running.stop()
@@ -107,25 +43,6 @@ def ours(champion: dict) -> Iterator[Running]:  # noqa: F811
     assert re.search(r"^stopped: \d+ images in \d+ model calls$", output, re.M), output
     with pytest.raises(OSError):  # nothing left listening
         socket.create_connection(running.address, timeout=2).close()
-
-
-@pytest.fixture(scope="module")
-def images(bundle: Bundle) -> np.ndarray:  # noqa: F811
-    split = load_test_split(bundle.dataset_uri, PipelineConfig().storage)
-    return split.images[:64].permute(0, 2, 3, 1).numpy()
-
-
-def raw_post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    parts = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
-    try:
-        connection.request(
-            "POST", "/invocations", body, {"Content-Type": "application/json", **(headers or {})}
-        )
-        response = connection.getresponse()
-        return response.status, response.read()
-    finally:
-        connection.close()
 
 
 BAD = {
@@ -139,7 +56,7 @@ BAD = {
 
 def test_answers_as_mlflow_models_serve_does(
     ours: Running,
-    served: str,  # noqa: F811
+    served: str,
     images: np.ndarray,
 ) -> None:
     """The same request to both servers: the same 200 bytes, the same 400s."""
@@ -192,7 +109,7 @@ def test_other_content_types_get_415(ours: Running) -> None:
     ],
 )
 def test_readiness_follows_the_model(
-    champion: dict,  # noqa: F811
+    champion: dict,
     path: str,
     before: int,
     after: int,
@@ -222,7 +139,7 @@ def test_readiness_follows_the_model(
     assert asyncio.run(call(app, "GET", path)) == after
 
 
-def test_model_metadata_names_the_registry_version_served(ours: Running, champion: dict) -> None:  # noqa: F811
+def test_model_metadata_names_the_registry_version_served(ours: Running, champion: dict) -> None:
     """``GET /v2/models/<name>``: the alias was resolved to one version when the model was
     fetched; another name is a 404 naming what is served."""
     client = mlflow.MlflowClient(champion["uri"])
@@ -279,16 +196,7 @@ def held_requests(url: str, body: bytes, count: int) -> list[socket.socket]:
     return held
 
 
-def answer(sock: socket.socket) -> tuple[int, bytes]:
-    response = http.client.HTTPResponse(sock)
-    response.begin()
-    try:
-        return response.status, response.read()
-    finally:
-        sock.close()
-
-
-def test_concurrent_requests_run_in_fewer_model_calls(champion: dict, images: np.ndarray) -> None:  # noqa: F811
+def test_concurrent_requests_run_in_fewer_model_calls(champion: dict, images: np.ndarray) -> None:
     """16 one-image requests arriving together: batched (the delay is long enough that the
     first waits for the others, which are all on their way in)."""
     with serving(champion, "serving.max_delay_ms=2000", "serving.max_batch=64") as running:
@@ -307,7 +215,7 @@ def test_concurrent_requests_run_in_fewer_model_calls(champion: dict, images: np
 
 
 def test_a_request_waits_for_company_at_most_the_delay(
-    champion: dict,  # noqa: F811
+    champion: dict,
     images: np.ndarray,
 ) -> None:
     with serving(champion, "serving.max_delay_ms=400") as running:
@@ -333,7 +241,7 @@ def test_a_request_waits_for_company_at_most_the_delay(
 
 
 @pytest.fixture(scope="module")
-def small(champion: dict) -> Iterator[Running]:  # noqa: F811
+def small(champion: dict) -> Iterator[Running]:
     with serving(champion, "serving.max_request_images=4") as running:
         yield running
         running.stop()
@@ -398,7 +306,7 @@ def test_client_helper(ours: Running, images: np.ndarray) -> None:
     ids=["registry", "directory"],
 )
 def test_a_uri_without_a_model_is_one_line_and_exit_2(
-    champion: dict,  # noqa: F811
+    champion: dict,
     tmp_path: Path,
     model: str,
     match: str,
@@ -414,7 +322,7 @@ def test_a_uri_without_a_model_is_one_line_and_exit_2(
 
 
 def test_a_port_in_use_is_exit_2(
-    champion: dict,  # noqa: F811
+    champion: dict,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture,
 ) -> None:
@@ -448,7 +356,7 @@ def test_port_comes_from_flag_then_env_then_config(
     assert step.pick_port(args, PipelineConfig()) == port
 
 
-def test_sigint_stops_it_cleanly(champion: dict) -> None:  # noqa: F811
+def test_sigint_stops_it_cleanly(champion: dict) -> None:
     with serving(champion) as running:
         code, output = running.stop(signal.SIGINT)
     assert code == 0, output
@@ -474,7 +382,7 @@ def test_the_server_imports_no_torch() -> None:
 
 
 def test_flow_serve_runs_the_registrys_champion_in_the_foreground(
-    champion: dict,  # noqa: F811
+    champion: dict,
     images: np.ndarray,
 ) -> None:
     """``python flows/cifar.py serve``: the default model is the registry's champion; the

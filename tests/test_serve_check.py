@@ -29,18 +29,19 @@ from steps.common.per_image import mixed_accuracy_bounds, pack_correct, prefix_a
 from steps.serve_check import step as serve_check
 from steps.serve_check.report import merged_note
 from tests.mlflow_server import mlflow_models_serve
+from tests.model_bundle import Bundle, bench_args
 from tests.servers import free_port
-from tests.test_benchmark import bench_args
-from tests.test_optimize_support import Bundle, bundle  # noqa: F401
-from tests.test_serve import serving
+from tests.serving_helpers import serving
 
 NAME = "serve-check-test"
 CHECK = ["serving.check_concurrency=[1, 4]"]
 
 
 @pytest.fixture(scope="module")
-def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:  # noqa: F811
-    """The pipeline's run, and v1 of NAME promoted into it by the real benchmark step."""
+def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:
+    """The pipeline's run, and v1 of NAME promoted into it by the real benchmark step. Not
+    the session's champion (conftest.py), which this module's fixture overrides: these
+    tests move the alias of their own registered model."""
     root = tmp_path_factory.mktemp("serve-check")
     old = os.environ.get("MLFLOW_TRACKING_URI")
     os.environ["MLFLOW_TRACKING_URI"] = mlflow_server.uri

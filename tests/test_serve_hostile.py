@@ -24,10 +24,7 @@ import pytest
 
 from steps.common.serving.client import ServingClient, oip_request, request_body
 from steps.serve.bounds import BodyRefused, JsonBounds, Limits
-from tests.test_optimize_support import Bundle, bundle  # noqa: F401
-from tests.test_serve import Running, answer, images, raw_post, serving  # noqa: F401
-from tests.test_serve_pixels import CIFAR, predictors
-from tests.test_serving import NAME, champion  # noqa: F401
+from tests.serving_helpers import CIFAR, NAME, Running, answer, predictors, serving
 
 LIMITS = Limits.for_images((32, 32, 3), 1024)
 
@@ -222,7 +219,7 @@ def asgi_post(path: str, body: bytes, chunk: int = 65536) -> tuple[int, dict, di
 
 
 @pytest.fixture(scope="module")
-def server(champion: dict) -> Iterator[Running]:  # noqa: F811
+def server(champion: dict) -> Iterator[Running]:
     with serving(champion) as running:  # serving.max_request_images at its default, 1024
         yield running
         running.stop()
@@ -292,7 +289,7 @@ def post(url: str, path: str, body: bytes) -> tuple[int, bytes]:
 
 def test_a_good_request_is_answered_while_a_hostile_body_is_refused(
     server: Running,
-    images: np.ndarray,  # noqa: F811
+    images: np.ndarray,
 ) -> None:
     """A client sending 30 MB bodies of empty arrays, one after another, while another
     client's one-image requests (both protocols) are timed: none of those waits for a

@@ -32,9 +32,7 @@ from steps.common.serving.client import (
 )
 from steps.serve.oip import InferRequest, OipCodec, OipError
 from steps.serve.outputs import BatchOutput
-from tests.test_optimize_support import Bundle, bundle  # noqa: F401
-from tests.test_serve import Running, images, serving  # noqa: F401
-from tests.test_serving import NAME, champion  # noqa: F401
+from tests.serving_helpers import NAME, Running, serving
 
 SHAPE = (32, 32, 3)
 
@@ -259,7 +257,7 @@ def test_each_refusal_is_a_status_and_one_line(
 
 
 @pytest.fixture(scope="module")
-def oip(champion: dict) -> Iterator[Running]:  # noqa: F811
+def oip(champion: dict) -> Iterator[Running]:
     with serving(champion, "serving.max_request_images=16") as running:
         yield running
         running.stop()
@@ -276,7 +274,7 @@ def post(url: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int
         connection.close()
 
 
-def test_binary_and_json_answer_as_invocations_does(oip: Running, images: np.ndarray) -> None:  # noqa: F811
+def test_binary_and_json_answer_as_invocations_does(oip: Running, images: np.ndarray) -> None:
     with ServingClient(oip.url) as client:
         rows = client.predict(images[:4])
         binary = client.infer(NAME, images[:4])
@@ -288,7 +286,7 @@ def test_binary_and_json_answer_as_invocations_does(oip: Running, images: np.nda
     np.testing.assert_array_equal(as_json["probabilities"], want)
 
 
-def test_the_binary_answer_is_the_extensions_layout(oip: Running, images: np.ndarray) -> None:  # noqa: F811
+def test_the_binary_answer_is_the_extensions_layout(oip: Running, images: np.ndarray) -> None:
     body, headers = oip_request(images[:2], outputs=["probabilities"])
     status, answer_headers, answer = post(oip.url, f"/v2/models/{NAME}/infer", body, headers)
     assert status == 200, answer
@@ -308,8 +306,8 @@ def test_the_binary_answer_is_the_extensions_layout(oip: Running, images: np.nda
 
 def test_the_version_in_the_path_must_be_the_one_served(
     oip: Running,
-    champion: dict,  # noqa: F811
-    images: np.ndarray,  # noqa: F811
+    champion: dict,
+    images: np.ndarray,
 ) -> None:
     import mlflow
 
@@ -366,7 +364,7 @@ def test_metadata_names_the_input_and_outputs(oip: Running) -> None:
         assert status == 405 and "use POST" in json.loads(data)["error"]
 
 
-def test_both_protocols_share_the_batcher(oip: Running, images: np.ndarray) -> None:  # noqa: F811
+def test_both_protocols_share_the_batcher(oip: Running, images: np.ndarray) -> None:
     """Binary, JSON and /invocations requests at once: each gets its own rows."""
     with ServingClient(oip.url) as client:
         alone = [r["class"] for r in client.predict(images[:12])]
@@ -396,7 +394,7 @@ def test_the_printed_curl_line_answers(oip: Running) -> None:
     assert {o["name"] for o in answer["outputs"]} == {"class", "class_name", "probabilities"}
 
 
-def test_invocations_body_through_the_client_still_works(oip: Running, images) -> None:  # noqa: F811
+def test_invocations_body_through_the_client_still_works(oip: Running, images) -> None:
     """The shared client's MLflow route is unchanged by the protocol's (serve-check's)."""
     with ServingClient(oip.url) as client:
         rows = json.loads(client.post(request_body(images[:1])))["predictions"]

@@ -8,31 +8,16 @@ from __future__ import annotations
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from mlflow.models import Model, ModelSignature
-from mlflow.types import Schema, TensorSpec
 
-from steps.common.serving import strict_input
 from steps.common.serving.client import request_body
 from steps.serve.pixels import PixelParser
 from steps.serve.predictor import Predictor
+from tests.serving_helpers import CIFAR, predictors
 
-CIFAR = (-1, 32, 32, 3)
 SMALL = (-1, 2, 2, 3)
-
-
-def predictors(shape: tuple[int, ...], max_images: int = 8) -> tuple[Predictor, Predictor]:
-    """(with the fast path, without it) for a uint8 tensor input of ``shape``."""
-    spec = TensorSpec(np.dtype(np.uint8), shape)
-    strict_input.install(spec, f"uint8 images of shape {shape}")
-    model = SimpleNamespace(metadata=Model(signature=ModelSignature(inputs=Schema([spec]))))
-    fast, standard = Predictor(model, max_images), Predictor(model, max_images)
-    standard.pixels = None
-    assert fast.pixels is not None
-    return fast, standard
 
 
 def outcome(predictor: Predictor, body: bytes) -> tuple[str, object]:

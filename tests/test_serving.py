@@ -14,7 +14,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
@@ -23,44 +22,12 @@ import pytest
 import torch
 from mlflow.exceptions import MlflowException
 
-from steps.benchmark import step as benchmark
 from steps.benchmark.registered_model import CLASSIFIER, CODE_PATHS
 from steps.common.config import PipelineConfig
 from steps.common.serving.strict_input import exact_array, install
 from steps.common.trained_model import load_test_split, load_trained, normalize
-from tests.mlflow_server import mlflow_models_serve
-from tests.test_benchmark import bench_args
-from tests.test_optimize_support import Bundle, bundle  # noqa: F401
-
-NAME = "cifar10-classifier"
-
-
-@pytest.fixture(scope="session")
-def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:  # noqa: F811
-    root = tmp_path_factory.mktemp("serving")
-    env = {"MLFLOW_TRACKING_URI": mlflow_server.uri}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        args = bench_args(
-            bundle.model_uri,
-            bundle.optimized_uri,
-            bundle.dataset_uri,
-            root / "report",
-            f"benchmark.registered_model={NAME}",
-            "benchmark.rounds=1",
-        )
-        result = benchmark.run(args)
-    finally:
-        for key, value in old.items():
-            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
-    return {"root": root, "result": result, "uri": mlflow_server.uri}
-
-
-@pytest.fixture(scope="session")
-def served(champion: dict) -> Iterator[str]:
-    with mlflow_models_serve(f"models:/{NAME}@champion", champion["uri"], champion["root"]) as url:
-        yield url
+from tests.model_bundle import Bundle
+from tests.serving_helpers import NAME
 
 
 def _post(url: str, body: dict) -> tuple[int, dict]:
@@ -91,7 +58,7 @@ def test_champion_is_the_serving_pyfunc(champion: dict) -> None:
     assert info.saved_input_example_info is not None
 
 
-def test_served_batch_matches_eager(served: str, bundle: Bundle) -> None:  # noqa: F811
+def test_served_batch_matches_eager(served: str, bundle: Bundle) -> None:
     cfg = PipelineConfig()
     split = load_test_split(bundle.dataset_uri, cfg.storage)
     pixels = split.images[:20].permute(0, 2, 3, 1).numpy()
@@ -253,7 +220,7 @@ def test_served_code_imports_neither_torch_nor_steps() -> None:
     assert done.stdout.strip() == "loaded"
 
 
-def test_openvino_runner_answers_concurrent_callers(bundle: Bundle) -> None:  # noqa: F811
+def test_openvino_runner_answers_concurrent_callers(bundle: Bundle) -> None:
     """``mlflow models serve`` runs each request's ``predict`` in a thread of its own
     (``asyncio.to_thread``): the OpenVINO runner shares one infer request and one async
     queue, so concurrent calls must take turns, each with its own answer."""
@@ -273,7 +240,7 @@ def test_openvino_runner_answers_concurrent_callers(bundle: Bundle) -> None:  # 
 
 
 @pytest.mark.parametrize("kind", ["onnx", "openvino", "onnx_int8", "openvino_int8"])
-def test_pixel_runner_equals_normalising_first(bundle: Bundle, kind: str) -> None:  # noqa: F811
+def test_pixel_runner_equals_normalising_first(bundle: Bundle, kind: str) -> None:
     """The served pyfunc hands its runners the uint8 pixels: OpenVINO's compiles the
     normalisation and the transpose into its graph, ONNX Runtime's does them in numpy. Either
     answers what the variant answers on ``normalise_uint8``'s floats, at a batch below and

@@ -22,8 +22,8 @@ from flows.local.expr.evaluate import environment, evaluate
 from flows.serving_step import CHECK_FINAL_EXITS
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
+from tests.flow_helpers import CONFIGS, templates
 from tests.local_examples import run, states
-from tests.test_flow import CONFIGS, templates
 
 SERVING = ("deploy", "serve-check", "rollback-alias", "rollback-apply", "rollback-delete")
 WRITE = """

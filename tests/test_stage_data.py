@@ -323,6 +323,7 @@ def test_bad_input_is_one_line_nonzero_and_leaves_no_manifest(
         assert "no-such-bucket-x" not in names
 
 
+@pytest.mark.slow
 def test_s3_server_killed_mid_upload_then_rerun_completes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -224,6 +224,7 @@ def test_mlflow_run_has_params_metrics_input_plots_and_model(
 
 
 # --- resume -------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_stopped_two_rank_job_resumes_at_the_next_epoch(dataset_uri: str, tmp_path: Path):
     env = {STOP_AFTER_ENV: "1", DEBUG_DIR_ENV: str(tmp_path / "debug")}
     stopped = launch(2, dataset_uri, tmp_path / "model", SIMPLE, env=env)
@@ -388,7 +389,7 @@ def test_failures_are_one_line_with_the_right_exit_code(
 
 @pytest.mark.parametrize(
     ("nproc", "how"),
-    [(0, "config"), (2, "environment")],
+    [(0, "config"), pytest.param(2, "environment", marks=pytest.mark.slow)],
     ids=["python-config-uri", "torchrun-env-uri"],
 )
 def test_unreachable_tracking_server_fails_fast_before_training(

@@ -21,7 +21,7 @@ from flows.manifests.pod import EnvSpec
 from flows.train_step import ARGO_WORKFLOW_LABEL
 from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
-from tests.test_flow import (
+from tests.flow_helpers import (
     CONFIGS,
     VALIDATOR,
     check_golden,
@@ -30,8 +30,7 @@ from tests.test_flow import (
     parameter_values,
     templates,
 )
-from tests.test_flow_template import NPROC, comparable_job
-from tests.test_pytorchjob import CLUSTER_YAML, NETWORK_CASES, network_problems
+from tests.job_checks import CLUSTER_YAML, NETWORK_CASES, NPROC, comparable_job, network_problems
 
 TRAINJOB = "train.launcher=trainjob"
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"

@@ -1,7 +1,8 @@
-"""Shared by the optimize, benchmark and predict tests (no tests of its own): a staged
-synthetic dataset, small models "trained" in a few SGD steps and saved as the training
-step saves them, and one optimized set (TorchScript, export, AOTInductor) built once per
-session, because an AOTInductor compile takes tens of seconds on two cores."""
+"""What the optimize, benchmark, predict and serving tests build their models with: a
+staged synthetic dataset, small models "trained" in a few SGD steps and saved as the
+training step saves them, and the arguments of the optimize and benchmark steps. The one
+optimized set they share (TorchScript, export, AOTInductor, ...; an AOTInductor compile
+takes tens of seconds on two cores) is tests/conftest.py's session fixture ``bundle``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import torch
 from rich.console import Console
 
@@ -118,19 +118,24 @@ def optimize_args(model_uri: str, dataset_uri: str, output: Path, *overrides: st
     )
 
 
-_BUNDLE: dict[str, Bundle] = {}
+def build_bundle(root: Path) -> Bundle:
+    """A dataset, a trained model and its optimized variants under ``root``."""
+    dataset_uri = stage_synthetic(root / "store")
+    model_uri = train_tiny(dataset_uri, root / "model")
+    out = root / "outputs"
+    result = optimize.run(optimize_args(model_uri, dataset_uri, root / "opt", outputs_dir=out))
+    return Bundle(root, dataset_uri, model_uri, (root / "opt").as_uri(), result)
 
 
-@pytest.fixture(scope="session")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
-    """A dataset, a trained model and its optimized variants, built once per session even
-    when several test modules import this fixture."""
-    key = str(tmp_path_factory.getbasetemp())
-    if key not in _BUNDLE:
-        root = tmp_path_factory.mktemp("bundle")
-        dataset_uri = stage_synthetic(root / "store")
-        model_uri = train_tiny(dataset_uri, root / "model")
-        out = root / "outputs"
-        result = optimize.run(optimize_args(model_uri, dataset_uri, root / "opt", outputs_dir=out))
-        _BUNDLE[key] = Bundle(root, dataset_uri, model_uri, (root / "opt").as_uri(), result)
-    return _BUNDLE[key]
+def bench_args(model: str, optimized: str, dataset: str, output: Path, *overrides: str, **kw):
+    return argparse.Namespace(
+        model=model,
+        optimized=optimized,
+        dataset=dataset,
+        output=str(output),
+        config=None,
+        overrides=[*FAST, *overrides],
+        mlflow_run_id=None,
+        outputs_dir=kw.get("outputs_dir"),
+        debug=False,
+    )

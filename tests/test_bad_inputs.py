@@ -144,11 +144,8 @@ def written(cwd: Path) -> list[str]:
     return sorted(p.name for p in cwd.iterdir() if p.name not in ignore)
 
 
-FLOW = [
-    str(REPO_ROOT / "flows" / "cifar.py"),
-    "--config",
-    str(REPO_ROOT / "configs" / "smoke.yaml"),
-]
+CIFAR = str(REPO_ROOT / "flows" / "cifar.py")
+FLOW = [CIFAR, "--config", str(REPO_ROOT / "configs" / "smoke.yaml")]
 
 # name, argv, extra environment, expected exit code, words the one error line holds
 CASES = [
@@ -170,10 +167,12 @@ CASES = [
      "data.source: ftp://host/cifar.tar.gz: unsupported scheme 'ftp'"),
     ("flow: missing tarball", [*FLOW, "--set", "data.source=nowhere/cifar-10-python.tar.gz"], {},
      2, "data.source nowhere/cifar-10-python.tar.gz: no such file"),
-    ("flow: resume a missing dir", [*FLOW, "--resume", "runs/nothing-here"], {}, 2,
+    ("flow: resume a missing dir", [CIFAR, "--resume", "runs/nothing-here"], {}, 2,
      "--resume runs/nothing-here: not a local run (no state.json there)"),
-    ("flow: resume a dir that is no run", [*FLOW, "--resume", "inputs"], {}, 2,
+    ("flow: resume a dir that is no run", [CIFAR, "--resume", "inputs"], {}, 2,
      "--resume inputs: not a local run"),
+    ("flow: resume with a new config", [*FLOW, "--resume", "runs/nothing-here"], {}, 2,
+     "--resume continues a run with the config and parameters it started with: drop"),
     ("stage: ftp dest", ["-m", "steps.stage_data", "--source", "synthetic:20", "--dest",
      "ftp://host/x"], {}, 2, "stage_data: error: ftp://host/x: unsupported scheme 'ftp'"),
     ("stage: bucketless dest", ["-m", "steps.stage_data", "--source", "synthetic:20", "--dest",

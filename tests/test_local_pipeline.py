@@ -137,6 +137,9 @@ def test_the_first_champion_is_deployed_checked_live_and_stopped(smoke_run) -> N
     assert state["tasks"]["deploy"]["state"] == "Succeeded"
     assert state["tasks"]["serve-check"]["state"] == "Succeeded"
     assert state["tasks"]["serve-check"]["outputs"]["passed"] == "true"
+    # the local server declares binary tensors: checked over the Open Inference Protocol
+    (check,) = (run.run_dir / "tasks" / "serve-check").glob("outputs/**/summary.json")
+    assert json.loads(check.read_text())["protocol"] == "v2"
     (service,) = state["services"].values()
     assert service["state"] == "Stopped" and service["url"].startswith("http://127.0.0.1:")
     assert not psutil.pid_exists(service["pid"])

@@ -132,8 +132,11 @@ def test_a_passing_check_logs_the_served_numbers(
     assert note.startswith("**Test accuracy** ")  # the benchmark's description is kept
     assert f"**Endpoint** `{served}`: live check passed: accuracy " in note
     assert alias_version(client) == "1"
-    # mlflow models serve has no GET /v2/models/<name>: the version goes unconfirmed
+    # mlflow models serve has no GET /v2/models/<name>: the version goes unconfirmed, and
+    # no GET /v2 declaring binary tensors: ``auto`` speaks MLflow's scoring protocol
     assert result["version_confirmed"] is False
+    assert result["protocol"] == "mlflow"
+    assert json.loads((tmp_path / "summary.json").read_text())["protocol"] == "mlflow"
 
 
 def failed_doc(champion: dict, version: str, previous: str, claimed: float | None) -> dict:
@@ -336,6 +339,14 @@ def test_the_check_confirms_the_version_this_run_deployed(
         )
         result = serve_check.run(args)
         assert result["passed"] and result["version_confirmed"] is True
+        # GET /v2 declares binary_tensor_data: ``auto`` checks it as KServe's clients call it
+        assert result["protocol"] == "v2"
+        # the same server on MLflow's scoring route, as configured, serves the same answers
+        argv = check_argv(ours.url, champion, report, tmp_path / "mlflow")
+        argv += ["--set", "serving.check_protocol=mlflow"]
+        by_mlflow = serve_check.run(serve_check.build_parser().parse_args(argv))
+        assert by_mlflow["passed"] and by_mlflow["protocol"] == "mlflow"
+        assert by_mlflow["accuracy"] == result["accuracy"]
 
         version = client.create_model_version(NAME, f"models:/{NAME}/1").version
         client.set_registered_model_alias(NAME, "champion", version)

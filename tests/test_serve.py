@@ -198,7 +198,11 @@ def held_requests(url: str, body: bytes, count: int) -> list[socket.socket]:
 
 def test_concurrent_requests_run_in_fewer_model_calls(champion: dict, images: np.ndarray) -> None:
     """16 one-image requests arriving together: batched (the delay is long enough that the
-    first waits for the others, which are all on their way in)."""
+    first waits for the others, which are all on their way in). A batch takes at most half
+    of the requests held (steps/serve/batcher.py; exactly in test_serve_batcher.py), so the
+    first call runs 8; the next takes half of those still held when it starts: all 8 left
+    when the event loop has not yet answered the first 8, else 4, then 2 and 2. How far
+    the loop got is up to the scheduler (a loaded machine ran 3 calls), so 2 to 4 calls."""
     with serving(champion, "serving.max_delay_ms=2000", "serving.max_batch=64") as running:
         body = request_body(images[:1])
         held = held_requests(running.url, body, 16)
@@ -211,7 +215,7 @@ def test_concurrent_requests_run_in_fewer_model_calls(champion: dict, images: np
     assert len({a for _, a in answers}) == 1  # the same image, the same answer
     assert code == 0, output
     calls = int(re.search(r"^stopped: 16 images in (\d+) model calls$", output, re.M).group(1))
-    assert calls <= 2, output
+    assert 2 <= calls <= 4, output
 
 
 def test_a_request_waits_for_company_at_most_the_delay(

@@ -1,5 +1,8 @@
-"""``python flows/cifar.py`` end to end on this machine: the smoke config with 2 DDP
-processes, against a real SeaweedFS S3 server and a real ``mlflow server``.
+"""``python flows/cifar.py`` end to end on this machine: the smoke config made small (one
+epoch on 2 DDP processes, one optimize variant, one batch size: tests/pipeline_runs.py's
+SMALL, as nothing here asserts the model's accuracy or the variants' numbers; the README's
+smoke run itself is test_first_hour.py's), against a real SeaweedFS S3 server and a real
+``mlflow server``.
 
 One run, shared by the tests below, which only read it: staging fails on a tarball whose
 upload is not complete yet, the run is resumed as printed once the upload is whole, and it
@@ -55,7 +58,7 @@ def smoke_run(
     seaweedfs.client().create_bucket(Bucket=bucket.name)
     pipeline = pipeline_in(bucket, mlflow_server, root)
     tarball = root / "upload" / "cifar-10-python.tar.gz"
-    args = [*pipeline.args, *sets([f"data.source={tarball}", "data.md5=none"])]
+    args = [*pipeline.args, *sets([*SMALL, f"data.source={tarball}", "data.md5=none"])]
 
     # 1. The upload is not complete yet (half the tarball): staging fails. (A tarball that
     # is not there at all is refused before anything runs.)
@@ -168,11 +171,11 @@ def test_each_step_reports_its_work_and_its_start_up(smoke_run) -> None:
 
 def test_a_second_run_of_the_same_source_is_served_from_the_memo_cache(smoke_run) -> None:
     """A new workflow from the same data source: staging Cached (its memo key is the
-    source's hash, flows/cifar.py), the rest run. The rest in the small config (SMALL):
-    it adds a run beside the shared one and changes none of it."""
+    source's hash, flows/cifar.py), the rest run (SMALL, as the first): it adds a run beside
+    the shared one and changes none of it."""
     run, mlflow = smoke_run
     assert run.resumed.returncode == 0, run.resumed.stderr[-3000:]
-    second = cifar([*run.args, *sets(SMALL)], run.cwd, run.env)
+    second = cifar(run.args, run.cwd, run.env)
     assert second.returncode == 0, second.stderr[-3000:]
     second_dir = only_run_dir(run.cwd, exclude={run.run_dir})
     state = state_of(second_dir)

@@ -163,20 +163,19 @@ def served_pixels(doc: dict, opt_dir: Path, trained, threads: int) -> tuple | No
 
 
 def default_compile_ratios(results: dict) -> list[str]:
-    """``openvino_int8`` (and its served form) against OpenVINO's default compile."""
+    """``openvino_int8`` (and its served form) against OpenVINO's default compile, at the
+    smallest and the largest batch both measured. ``results``: ``{name: Measured}``."""
     lines = []
     peer = results.get("peer_openvino")
     for name in ("openvino_int8", "openvino_int8_served"):
         if name not in results or peer is None:
             continue
+        shared = sorted(set(results[name].batches) & set(peer.batches))
         cells = []
-        for batch in ("1", "256"):
-            if batch in results[name]["batches"] and batch in peer["batches"]:
-                mine, theirs = results[name]["batches"][batch], peer["batches"][batch]
-                ratio = theirs["p50_ms"] / mine["p50_ms"]
-                cells.append(f"batch {batch}: {ratio:.2f}x ({mine['p50_ms']:.3f} vs "
-                             f"{theirs['p50_ms']:.3f} ms)")  # fmt: skip
-        lines.append(f"{name} vs OpenVINO's default compile ({peer['precision']}): "
+        for batch in dict.fromkeys(shared[:1] + shared[-1:]):
+            mine, theirs = results[name].batches[batch].p50_ms, peer.batches[batch].p50_ms
+            cells.append(f"batch {batch}: {theirs / mine:.2f}x ({mine:.3f} vs {theirs:.3f} ms)")
+        lines.append(f"{name} vs OpenVINO's default compile ({peer.precision}): "
                      + "; ".join(cells))  # fmt: skip
     return lines
 

@@ -96,3 +96,26 @@ def test_local_overhead_quick_reads_a_run_whose_tasks_did_not_all_start(tmp_path
     ), out
     assert re.search(r"fan-out of 5 no-op tasks: wall [\d.]+ s", out), out
     assert re.search(r"runner's own cost: 5 chained no-op tasks", out), out
+
+
+def test_the_default_compile_ratios_read_the_measured_variants() -> None:
+    """inference.py's last lines (issue 33 item 4) over what measure_all returns: the
+    quick run measures no OpenVINO INT8, so they are checked here; a full run crashed on
+    them once, after its whole table (they read the measured variants as dicts)."""
+    from benchmarks.inference import default_compile_ratios
+    from steps.benchmark.results import Measured, Timing
+
+    def measured(precision: str, p50: dict[int, float]) -> Measured:
+        timing = {b: Timing(1, ms, ms, ms, ms, ms, ms, 1e3 / ms, 0.0, 1.0) for b, ms in p50.items()}
+        return Measured(precision, 1.0, "", timing)
+
+    results = {
+        "eager": measured("fp32", {1: 8.0, 8: 30.0, 256: 1400.0}),
+        "openvino_int8": measured("int8", {1: 1.0, 8: 7.0, 256: 200.0}),
+        "peer_openvino": measured("bf16", {1: 2.0, 8: 14.0, 256: 500.0}),
+    }
+    assert default_compile_ratios(results) == [
+        "openvino_int8 vs OpenVINO's default compile (bf16): "
+        "batch 1: 2.00x (1.000 vs 2.000 ms); batch 256: 2.50x (200.000 vs 500.000 ms)"
+    ]
+    assert default_compile_ratios({"openvino_int8": results["openvino_int8"]}) == []

@@ -108,21 +108,13 @@ def champion(bundle, tmp_path_factory: pytest.TempPathFactory, mlflow_server) ->
     """The real benchmark step run on ``bundle`` against the session's MLflow server: its
     serving pyfunc registered as tests/serving_helpers.py's NAME, alias champion."""
     from steps.benchmark import step as benchmark
-    from tests.model_bundle import bench_args
+    from tests.model_bundle import champion_args
     from tests.serving_helpers import NAME
 
     root = tmp_path_factory.mktemp("serving")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
-        args = bench_args(
-            bundle.model_uri,
-            bundle.optimized_uri,
-            bundle.dataset_uri,
-            root / "report",
-            f"benchmark.registered_model={NAME}",
-            "benchmark.rounds=1",
-        )
-        result = benchmark.run(args)
+        result = benchmark.run(champion_args(bundle, root / "report", NAME))
     return {"root": root, "result": result, "uri": mlflow_server.uri}
 
 

@@ -139,3 +139,17 @@ def bench_args(model: str, optimized: str, dataset: str, output: Path, *override
         outputs_dir=kw.get("outputs_dir"),
         debug=False,
     )
+
+
+def champion_args(bundle: Bundle, report: Path, registered_model: str, **kw):
+    """``bench_args`` of a benchmark that registers ``bundle``'s serving pyfunc as
+    ``registered_model`` (alias champion, one round): a champion for the serving tests."""
+    return bench_args(
+        bundle.model_uri,
+        bundle.optimized_uri,
+        bundle.dataset_uri,
+        report,
+        f"benchmark.registered_model={registered_model}",
+        "benchmark.rounds=1",
+        **kw,
+    )

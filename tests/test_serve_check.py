@@ -29,7 +29,7 @@ from steps.common.per_image import mixed_accuracy_bounds, pack_correct, prefix_a
 from steps.serve_check import step as serve_check
 from steps.serve_check.report import merged_note
 from tests.mlflow_server import mlflow_models_serve
-from tests.model_bundle import Bundle, bench_args
+from tests.model_bundle import Bundle, champion_args
 from tests.servers import free_port
 from tests.serving_helpers import serving
 
@@ -49,15 +49,7 @@ def champion(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:
         client = mlflow.MlflowClient(mlflow_server.uri)
         experiment = client.create_experiment(f"serve-check-{time.time_ns()}")
         run_id = client.create_run(experiment).info.run_id
-        args = bench_args(
-            bundle.model_uri,
-            bundle.optimized_uri,
-            bundle.dataset_uri,
-            root / "report",
-            f"benchmark.registered_model={NAME}",
-            "benchmark.rounds=1",
-            outputs_dir=root / "bench-outputs",
-        )
+        args = champion_args(bundle, root / "report", NAME, outputs_dir=root / "bench-outputs")
         args.mlflow_run_id = run_id
         result = benchmark.run(args)
     finally:

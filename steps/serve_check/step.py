@@ -12,8 +12,10 @@ version, for ``GET URL/v2/models/<name>`` to say that version is served (three a
 a row on new connections): a re-applied InferenceService reads Ready before its new pods
 roll out (flows/serving_step.py), so this is the deployment's real gate. Then, within
 ``--time-limit-s``, it sends the first ``serving.check_samples`` test images (default: the
-``test_images`` the benchmark measured accuracy on) to ``URL/invocations`` in requests of
-``--batch`` images, at each of ``serving.check_concurrency``; every request answered with
+``test_images`` the benchmark measured accuracy on) in requests of ``--batch`` images, over
+the protocol the endpoint answers (``serving.check_protocol``, ``steps.serve_check.http``:
+the Open Inference Protocol with binary tensors, or ``URL/invocations``), at each of
+``serving.check_concurrency``; every request answered with
 one class in 0..9 per image. The served accuracy must lie within
 ``benchmark.accuracy_margin`` of the benchmark's accuracy on the same images
 (``steps.common.per_image``) for what the registered model runs

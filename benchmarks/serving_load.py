@@ -203,24 +203,33 @@ def server(
 
 
 def in_process(model: Any, images: np.ndarray, seconds: float) -> dict[str, tuple]:
-    """``model.predict`` of one image and of 32, as the server calls it: the rows
-    ``(concurrency, images/s, p50 ms, p99 ms, errors, CPU ms an image)``."""
+    """``model.predict`` of one image and of 32, and the champion's ``predict_columns`` (what
+    ``python -m steps.serve`` calls: the same arrays without the DataFrame) where it has
+    one, by turns: the rows ``(concurrency, images/s, p50 ms, p99 ms, errors, CPU ms an
+    image)``."""
+    from steps.serve.predictor import columns_call
+
+    calls = {"model.predict": model.predict}
+    columns = columns_call(model)
+    if columns is not None:
+        calls["predict_columns"] = columns
     rows = {}
     for batch in (1, 32):
         x = images[:batch]
-        for _ in range(20):
-            model.predict(x)
-        times: list[float] = []
-        cpu = cpu_seconds(os.getpid())
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            started = time.perf_counter()
-            model.predict(x)
-            times.append(time.perf_counter() - started)
-        cpu_ms = (cpu_seconds(os.getpid()) - cpu) * 1e3 / (batch * len(times))
-        p50, p99 = percentiles(times)
-        row = ("-", batch / np.median(times), p50, p99, "-", cpu_ms)
-        rows[f"in process, model.predict, batch {batch}"] = row
+        for name, call in calls.items():
+            for _ in range(20):
+                call(x)
+            times: list[float] = []
+            cpu = cpu_seconds(os.getpid())
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                started = time.perf_counter()
+                call(x)
+                times.append(time.perf_counter() - started)
+            cpu_ms = (cpu_seconds(os.getpid()) - cpu) * 1e3 / (batch * len(times))
+            p50, p99 = percentiles(times)
+            row = ("-", batch / np.median(times), p50, p99, "-", cpu_ms)
+            rows[f"in process, {name}, batch {batch}"] = row
     return rows
 
 

@@ -19,16 +19,20 @@ import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
 import numpy as np
 import pytest
+from mlflow.exceptions import MlflowException
 
 from steps.common.config import PipelineConfig
 from steps.common.serving.client import ServingClient, ServingError, predict_classes, request_body
 from steps.serve import step
 from steps.serve.app import ServingApp
 from steps.serve.batcher import Batcher
+from steps.serve.oip import InferRequest, OipCodec
+from steps.serve.outputs import BatchOutput, encode
 from steps.serve.predictor import Predictor
 from tests.conftest import REPO_ROOT
 from tests.serving_helpers import CHAMPION, NAME, Running, answer, raw_post, serving
@@ -137,6 +141,46 @@ def test_readiness_follows_the_model(
     predictor = Predictor(mlflow.pyfunc.load_model(CHAMPION), 8)
     app.loaded(predictor, Batcher(predictor, 8, 0.0))
     assert asyncio.run(call(app, "GET", path)) == after
+
+
+def test_the_champion_is_called_for_its_arrays_and_answers_as_its_predict(
+    champion: dict, images: np.ndarray
+) -> None:
+    """The server calls the champion's ``predict_columns`` (no DataFrame): each column the
+    same values and dtype as ``predict``'s DataFrame, each request's answer the same bytes
+    in either protocol. A pyfunc without it, or not a PythonModel, is called by ``predict``."""
+    mlflow.set_tracking_uri(champion["uri"])
+    model = mlflow.pyfunc.load_model(CHAMPION)
+    predictor = Predictor(model, 8)
+    assert predictor.columns is not None
+    batch = images[:7]
+    direct, framed = predictor(batch), BatchOutput(model.predict(batch))
+    assert len(direct) == len(framed) == 7
+    assert direct.columns().keys() == framed.columns().keys()
+    for name, values in framed.columns().items():
+        assert direct.columns()[name].dtype == values.dtype, name
+        np.testing.assert_array_equal(direct.columns()[name], values, err_msg=name)
+    codec = OipCodec(NAME, "1", np.dtype(np.uint8), (32, 32, 3), 8)
+    codec.outputs = list(framed.columns())
+    for part in (slice(0, 1), slice(1, 4), slice(4, 7)):
+        assert encode(direct[part]) == encode(framed[part])
+        for binary in (False, True):
+            request = InferRequest(batch[part], None, [], binary)
+            assert codec.encode(direct[part], request) == codec.encode(framed[part], request)
+
+    class NotPython:
+        metadata = model.metadata
+
+        def unwrap_python_model(self) -> None:  # as PyFuncModel answers for other flavours
+            raise MlflowException("not a PythonModel")
+
+        def predict(self, images: np.ndarray) -> object:
+            return model.predict(images)
+
+    for other in (NotPython(), SimpleNamespace(metadata=model.metadata, predict=model.predict)):
+        fallback = Predictor(other, 8)
+        assert fallback.columns is None
+        assert encode(fallback(batch)[0:7]) == encode(framed[0:7])
 
 
 def test_model_metadata_names_the_registry_version_served(ours: Running, champion: dict) -> None:

@@ -31,7 +31,7 @@ from steps.common.serving.client import (
     request_body,
 )
 from steps.serve.oip import InferRequest, OipCodec, OipError
-from steps.serve.outputs import BatchOutput
+from steps.serve.outputs import BatchOutput, encode
 from tests.serving_helpers import NAME, Running, serving
 
 SHAPE = (32, 32, 3)
@@ -121,6 +121,27 @@ def test_the_answer_holds_each_output_typed_and_shaped(binary: bool) -> None:
     if binary:  # BYTES as the extension writes them: a 4-byte length, then the bytes
         assert body.endswith(columns["probabilities"][1:3].astype("<f4").tobytes())
         assert b"\x02\x00\x00\x00c" in body
+
+
+def test_columns_answer_as_the_dataframe_made_of_them() -> None:
+    """BatchOutput.of_columns (what the champion's predict_columns gives): every request's
+    answer the same bytes as from the DataFrame predict builds of the same arrays, in both
+    protocols; columns of unequal length are refused, naming their lengths."""
+    framed = frame(5)
+    columns = framed.columns()
+    arrays = BatchOutput.of_columns(
+        {**columns, "class_name": np.asarray(list(columns["class_name"]), dtype=object)}
+    )
+    assert len(arrays) == 5
+    for part in (slice(0, 1), slice(1, 3), slice(3, 5)):
+        assert encode(arrays[part]) == encode(framed[part])
+        for binary in (False, True):
+            request = InferRequest(pixels(part.stop - part.start), "7", [], binary)
+            assert codec().encode(arrays[part], request) == codec().encode(framed[part], request)
+    with pytest.raises(TypeError, match=r"columns of \{'class': 5, 'probabilities': 4\} rows"):
+        BatchOutput.of_columns(
+            {"class": columns["class"], "probabilities": columns["probabilities"][:4]}
+        )
 
 
 def test_only_the_outputs_asked_for_each_as_asked() -> None:

@@ -21,14 +21,27 @@ from mlflow.utils.proto_json_utils import NumpyEncoder, _get_jsonable_obj
 
 class BatchOutput:
     """The pyfunc's output for a batch of ``len(self)`` images (a DataFrame, an array or a
-    list with one row per image)."""
+    list with one row per image), or the arrays it is made of (``of_columns``)."""
 
     def __init__(self, output: Any) -> None:
         self.output = output
         self._rows: list[Any] | None = None
         self._columns: dict[str, np.ndarray] | None = None
 
+    @classmethod
+    def of_columns(cls, columns: dict[str, np.ndarray]) -> BatchOutput:
+        """The answer as the champion's ``predict_columns`` gives it: named arrays, the
+        images on their first axis (what ``predict`` would put in a DataFrame's columns)."""
+        lengths = {name: len(values) for name, values in columns.items()}
+        if not columns or len(set(lengths.values())) != 1:
+            raise TypeError(f"predict_columns gave columns of {lengths} rows, not one per image")
+        batch = cls(None)
+        batch._columns = dict(columns)
+        return batch
+
     def __len__(self) -> int:
+        if self.output is None and self._columns is not None:
+            return len(next(iter(self._columns.values())))
         return len(self.output)
 
     def __getitem__(self, part: slice) -> Part:
@@ -38,6 +51,12 @@ class BatchOutput:
         """JSON-ready rows, as MLflow writes predictions (``pandas_orient="records"``)."""
         if self._rows is None:
             output = self.output
+            if output is None and self._columns is not None:
+                # As records() reads the DataFrame predict builds of these: numbers and
+                # text as Python ones, each image's array of probabilities as a list.
+                arrays = self._columns
+                self._rows = _zip_rows(list(arrays), [v.tolist() for v in arrays.values()])
+                return self._rows
             rows = records(output) if isinstance(output, pd.DataFrame) else None
             if rows is None:
                 rows = _get_jsonable_obj(output, pandas_orient="records")
@@ -96,7 +115,10 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]] | None:
                 return None
             values = [v.tolist() for v in values]
         columns.append(values)
-    names = [str(n) for n in frame.columns]
+    return _zip_rows([str(n) for n in frame.columns], columns)
+
+
+def _zip_rows(names: list[str], columns: list[list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
 
 

@@ -9,14 +9,16 @@ loaded), runs ``PyFuncModel.predict`` and writes ``{"predictions": ...}`` with
 ``invocations``, ``predictions_to_json``). This module calls those same functions, so a
 request is refused with the same one-line message and answered with the same bytes; what
 it adds is a complete check of the shape and dtype before a request may join a batch, the
-limit on images per request, and a fast read of the usual body (``steps.serve.pixels``:
-integer pixels, parsed with numpy; anything else takes MLflow's path).
+limit on images per request, a fast read of the usual body (``steps.serve.pixels``:
+integer pixels, parsed with numpy; anything else takes MLflow's path), and a call of the
+champion's arrays (``predict_columns``) without the DataFrame ``predict`` wraps them in.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,6 +57,7 @@ class Predictor:
                 f"(the champion pyfunc has uint8 (-1, 32, 32, 3)); got {schema}"
             )
         self.model = model
+        self.columns = columns_call(model)
         self.spec: TensorSpec = specs[0]
         self.dtype = np.dtype(self.spec.type)
         self.shape = tuple(self.spec.shape)
@@ -126,8 +129,29 @@ class Predictor:
             )
 
     def __call__(self, images: np.ndarray) -> BatchOutput:
-        """The batch's output, answered per request in either protocol (steps.serve.outputs)."""
+        """The batch's output, answered per request in either protocol (steps.serve.outputs):
+        the python model's ``predict_columns`` where it has one (the champion's), else
+        ``PyFuncModel.predict``. The first skips what ``parse`` already did (MLflow's
+        schema check) and the DataFrame the arrays would be put in and taken out of again:
+        on one image, the most of what a request cost beyond the model (benchmarks/
+        serving.py: 2.2 ms -> 1.6 ms at concurrency 1, on two AMD EPYC cores)."""
+        if self.columns is not None:
+            return BatchOutput.of_columns(self.columns(images))
         return BatchOutput(self.model.predict(images))
+
+
+def columns_call(model: Any) -> Callable[[np.ndarray], dict[str, np.ndarray]] | None:
+    """The pyfunc's python model's ``predict_columns`` (steps/common/serving/classifier.py),
+    or None: a model of another flavour, or a champion registered before it had one."""
+    unwrap = getattr(model, "unwrap_python_model", None)
+    if unwrap is None:
+        return None
+    try:
+        python_model = unwrap()
+    except MlflowException:  # not a PythonModel pyfunc
+        return None
+    found = getattr(python_model, "predict_columns", None)
+    return found if callable(found) else None
 
 
 def _nesting(data: Any) -> int:

@@ -121,3 +121,80 @@ def test_a_cancelled_request_is_no_longer_held() -> None:
             assert await running == [0]
 
     asyncio.run(main())
+
+
+class ThreadModel:
+    """Records the thread each call ran on; fails on an image of 255s."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def __call__(self, images: np.ndarray) -> list[int]:
+        self.threads.append(threading.current_thread().name)
+        if images.max() == 255:
+            raise ValueError("the model failed")
+        return list(range(len(images)))
+
+
+def test_a_lone_small_request_runs_on_the_event_loops_thread() -> None:
+    """Held alone, with nothing queued or running, a request of at most ``inline_images``
+    images is run by ``enqueue`` itself: its future is done when enqueue returns, and it is
+    counted as a model call. A model failure there fails that request alone."""
+    model = ThreadModel()
+
+    async def main() -> None:
+        batcher = Batcher(model, max_batch=64, max_delay_s=0.0, inline_images=2).start()
+        try:
+            for images in (ONE, np.zeros((2, 32, 32, 3), np.uint8)):
+                batcher.arrive()
+                future = batcher.enqueue(images, list)
+                assert future.done() and future.result() == list(range(len(images)))
+                await asyncio.sleep(0)  # the answer's callback
+                assert batcher.held == 0 and batcher.pending == 0
+            batcher.arrive()
+            failed = batcher.enqueue(np.full((1, 32, 32, 3), 255, np.uint8), list)
+            assert isinstance(failed.exception(), ValueError)
+            await asyncio.sleep(0)
+            assert batcher.held == 0
+        finally:
+            batcher.stop()
+        main_thread = threading.current_thread().name
+        assert model.threads == [main_thread] * 3
+        assert (batcher.calls, batcher.inline, dict(batcher.sizes)) == (3, 3, {1: 2, 2: 1})
+
+    asyncio.run(main())
+
+
+def test_a_request_with_company_or_too_many_images_goes_to_the_inference_thread() -> None:
+    """Not inline: a request of more than ``inline_images`` images; one with another on its
+    way in; one that arrives while a batch runs (and one queued after it); any request
+    when ``inline_images`` is 0."""
+    model = HeldModel()
+    two = np.zeros((2, 32, 32, 3), np.uint8)
+
+    async def main() -> None:
+        async with started(model, max_delay_s=0.0) as batcher:
+            batcher.inline_images = 1
+            batcher.arrive()
+            large = batcher.enqueue(two, list)  # two images: the inference thread's
+            await until(lambda: model.sizes == [2])
+            batcher.arrive()
+            during = batcher.enqueue(ONE, list)  # a batch is running
+            assert not during.done()
+            model.gate.release(2)
+            assert await large == [0, 1] and await during == [0]
+            batcher.arrive()
+            batcher.arrive()  # a second on its way in: company to wait for
+            first = batcher.enqueue(ONE, list)
+            second = batcher.enqueue(ONE, list)
+            model.gate.release()
+            assert await asyncio.gather(first, second) == [[0], [1]]
+            batcher.inline_images = 0
+            batcher.arrive()
+            off = batcher.enqueue(ONE, list)
+            assert not off.done()
+            model.gate.release()
+            assert await off == [0]
+            assert model.sizes == [2, 1, 2, 1] and batcher.inline == 0
+
+    asyncio.run(main())

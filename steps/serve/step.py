@@ -239,7 +239,10 @@ def _load(
         started = time.perf_counter()
         model = mlflow.pyfunc.load_model(str(path))
         predictor = Predictor(model, cfg.serving.max_request_images)
-        batcher = Batcher(predictor, cfg.serving.max_batch, cfg.serving.max_delay_ms / 1000)
+        serving = cfg.serving
+        batcher = Batcher(
+            predictor, serving.max_batch, serving.max_delay_ms / 1000, serving.inline_max_images
+        )
         app.loaded(predictor, batcher.start())
         print(f"ready: model loaded in {time.perf_counter() - started:.1f} s", flush=True)
     except Exception as exc:

@@ -33,6 +33,13 @@ class ServingConfig(Section):
     max_delay_ms: float = Field(
         2.0, ge=0, description="how long a request waits for others to batch with it"
     )
+    inline_max_images: int = Field(
+        1,
+        ge=0,
+        description="a request of at most this many images that arrives while no other is "
+        "held runs at once on the event loop's thread, without the handoff to the inference "
+        "thread and back; 0: never",
+    )
     max_request_images: int = Field(
         1024, ge=1, description="images one request may carry; more is refused (413)"
     )

@@ -3,7 +3,7 @@ beside the servers a user could deploy it with instead: what HTTP costs, as numb
 
     python benchmarks/serving.py [--model URI] [--seconds 3] [--rounds 3] [--concurrency 1 8 32]
         [--threads 2] [--mlserver-venv /tmp/mlserver-venv] [--no-peer] [--baseline CHECKOUT]
-        [--set serving.max_delay_ms=2 ...]
+        [--set serving.max_delay_ms=2 ...] [--quick]
 
 Without ``--model`` it stages a synthetic dataset, trains a ResNet-9 for a few SGD steps,
 optimizes it (ONNX Runtime and OpenVINO, FP32 and INT8) and lets ``steps.benchmark``
@@ -115,7 +115,16 @@ def main() -> None:
     parser.add_argument("--no-peer", action="store_true", help="only python -m steps.serve")
     parser.add_argument("--baseline", type=Path, help="a checkout whose steps.serve to add")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a dry run: one round of 0.5 s a row at concurrency 1 and 8, no peers, "
+        "a champion trained 5 steps (with --model: that one)",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.seconds, args.concurrency = 1, 0.5, [1, 8]
+        args.no_peer, args.train_steps = True, 5
     model_arg = args.model
     if model_arg and "://" not in model_arg and not model_arg.startswith("models:/"):
         model_arg = str(Path(model_arg).resolve())  # a local folder: found from the tmp dir

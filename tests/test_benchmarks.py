@@ -1,10 +1,11 @@
 """Every script under benchmarks/ runs, in its quick form, as docs/benchmarks.md runs it
 (``python benchmarks/X.py``), so none breaks unseen: the numbers of a dry run mean nothing,
 its tables' rows and what each script reads must be there. gpu.py's dry run is
-tests/test_gpu_benchmark.py's; serving.py has no quick form yet (issue 34)."""
+tests/test_gpu_benchmark.py's; serving.py's quick form serves the session's champion."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -29,6 +30,7 @@ def bench(script: str, *args: str, timeout: float = 600) -> str:
 
 
 NUMBER = r"[\d,]+\.\d+"
+RATE, MS = r"[\d,]+", r"\d+\.\d+"  # serving.py's images/s; its ms and ratios
 
 
 @pytest.mark.slow
@@ -119,3 +121,37 @@ def test_the_default_compile_ratios_read_the_measured_variants() -> None:
         "batch 1: 2.00x (1.000 vs 2.000 ms); batch 256: 2.50x (200.000 vs 500.000 ms)"
     ]
     assert default_compile_ratios({"openvino_int8": results["openvino_int8"]}) == []
+
+
+def test_serving_quick_serves_the_champion_and_leaves_nothing_behind(
+    champion: dict, tmp_path: Path
+) -> None:
+    """serving.py --quick on the session's champion, started in an empty folder: every row
+    of the table (both in-process calls, the three routes at concurrency 1 and 8, no
+    errors), the targets stated against both in-process calls, the body-reading table; and
+    the folder still empty (MLflow's artifacts went to the script's temporary folder)."""
+    from tests.serving_helpers import CHAMPION
+
+    script = REPO_ROOT / "benchmarks" / "serving.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--model", CHAMPION],
+        cwd=tmp_path,
+        env={**os.environ, "MLFLOW_TRACKING_URI": champion["uri"]},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for call in ("model.predict", "predict_columns"):
+        for batch in (1, 32):
+            row = rf"^\| in process, {call}, batch {batch} \| - \| {RATE} \| {MS} \| {MS} \|"
+            assert re.search(row, out, re.M), out
+        assert re.search(rf"concurrency 1, binary: the endpoint adds -?{MS} ms .* {call} ", out)
+    for route in ("/invocations", "OIP binary", "OIP JSON"):
+        for concurrency in (1, 8):
+            row = rf"^\| python -m steps.serve, {re.escape(route)} \| {concurrency} \| {RATE}"
+            assert re.search(rf"{row} \| {MS} \| {MS} \| {MS} \| 0 \|$", out, re.M), out
+    assert "MLServer" not in out and "mlflow models serve" not in out  # --quick: no peers
+    assert re.search(rf"^\| steps.serve.pixels \| \d+ \| {MS}x \|$", out, re.M), out
+    assert list(tmp_path.iterdir()) == []

@@ -118,12 +118,12 @@ def main() -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a dry run: one round of 0.5 s a row at concurrency 1 and 8, no peers, "
+        help="a dry run: one round of 0.25 s a row at concurrency 1 and 8, no peers, "
         "a champion trained 5 steps (with --model: that one)",
     )
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.seconds, args.concurrency = 1, 0.5, [1, 8]
+        args.rounds, args.seconds, args.concurrency = 1, 0.25, [1, 8]
         args.no_peer, args.train_steps = True, 5
     model_arg = args.model
     if model_arg and "://" not in model_arg and not model_arg.startswith("models:/"):
@@ -221,7 +221,7 @@ def measure(
                         rows[key] = (concurrency, *measured)
             print(f"round {number}/{args.rounds} done", file=sys.stderr, flush=True)
             rounds.append(rows)
-        parsing = parse_times(model, request_body(images[:1]))
+        parsing = parse_times(model, request_body(images[:1]), 200 if args.quick else 2000)
         for name, (url, _, _) in started.items():
             if name.startswith("MLServer"):
                 body, headers = oip_request(images[:1], binary=False)

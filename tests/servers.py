@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ACCESS_KEY = "cifar-test-key"
 SECRET_KEY = "cifar-test-secret"
@@ -124,8 +125,10 @@ class SeaweedFS:
             "AWS_DEFAULT_REGION": "us-east-1",
         }
 
-    def client(self):
+    def client(self, **config: Any):
+        """A boto3 S3 client of this server; ``config``: botocore Config's arguments."""
         import boto3
+        from botocore.config import Config
 
         return boto3.client(
             "s3",
@@ -133,6 +136,7 @@ class SeaweedFS:
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
             region_name="us-east-1",
+            config=Config(**config) if config else None,
         )
 
     def start(self, timeout_s: float = 60.0) -> SeaweedFS:
@@ -145,7 +149,9 @@ class SeaweedFS:
                 env={**os.environ, **self.volume_env},
             )
         deadline = time.monotonic() + timeout_s
-        client = self.client()
+        # A write with no volume to take it waits 30 s in the server, then boto3 retries:
+        # a probe gives up sooner, so the deadline holds.
+        client = self.client(connect_timeout=2, read_timeout=3, retries={"max_attempts": 1})
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"weed exited with {self.process.returncode}; see {self.log}")
@@ -159,7 +165,27 @@ class SeaweedFS:
             except Exception:
                 time.sleep(0.3)
         self.stop()
-        raise RuntimeError(f"SeaweedFS did not become ready in {timeout_s} s; see {self.log}")
+        raise RuntimeError(
+            f"SeaweedFS did not become ready in {timeout_s} s{self._low_disk()}; see {self.log}"
+        )
+
+    def _low_disk(self) -> str:
+        """Why a server that answers takes no writes, when it is the disk: its volume server
+        registers no capacity while the free space where it keeps its data is below
+        ``-volume.minFreeSpace`` (a percentage of the disk, 1 by default), and every write
+        then waits for a volume that never comes ("no volume server capacity")."""
+        given = [
+            a.split("=", 1)[1] for a in self.volume_args if a.startswith("-volume.minFreeSpace=")
+        ]
+        percent = float(given[-1]) if given and given[-1].replace(".", "", 1).isdigit() else 1.0
+        usage = shutil.disk_usage(self.directory)
+        if usage.free >= usage.total * percent / 100:
+            return ""
+        return (
+            f" (the disk holding {self.directory} has {usage.free / 2**30:.1f} GiB free of "
+            f"{usage.total / 2**30:.0f} GiB, under the {percent:g}% its volume server needs "
+            "free before it takes a write: free some space)"
+        )
 
     def kill(self) -> None:
         """SIGKILL the whole server at once, as a crashed node would go."""

@@ -12,7 +12,7 @@ from steps.common.config import StorageConfig
 from steps.common.config.fields import UriError
 from steps.common.storage import LocalStore, S3Store, StorageError, open_store, split_uri
 from tests.conftest import S3Bucket
-from tests.servers import free_port
+from tests.servers import SeaweedFS, free_port
 
 
 @pytest.mark.parametrize(
@@ -125,3 +125,19 @@ def test_s3_unreachable_endpoint_fails_fast(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(StorageError, match=rf"cannot reach S3 endpoint {endpoint}"):
         store.write_bytes("k", b"1")
     assert time.monotonic() - start < 20
+
+
+def test_a_seaweedfs_that_cannot_write_names_the_disk(tmp_path: Path) -> None:
+    """SeaweedFS's volume server registers no capacity while the free space under its data
+    is below ``-volume.minFreeSpace``: it answers S3, but no write lands. The fixture's
+    error then names the disk and its free space (a full /tmp once failed 19 tests here
+    with only "did not become ready"). Asked to keep 100% free, the real server shows it."""
+    args, env = SeaweedFS.TEST_VOLUMES
+    server = SeaweedFS(tmp_path / "weed", volumes=([*args, "-volume.minFreeSpace=100"], env))
+    with pytest.raises(
+        RuntimeError,
+        match=r"did not become ready in 4 s \(the disk holding \S+ has [\d.]+ GiB free of "
+        r"\d+ GiB, under the 100% its volume server needs free before it takes a write",
+    ):
+        server.start(timeout_s=4)
+    assert SeaweedFS(tmp_path / "other")._low_disk() == ""  # 1%: this disk has room

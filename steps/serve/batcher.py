@@ -203,13 +203,14 @@ class Batcher:
     def _run_batch(self, jobs: list[Job]) -> None:
         images = jobs[0].images if len(jobs) == 1 else np.concatenate([j.images for j in jobs])
         try:
-            results = self._model(images)
+            results, failure = self._model(images), None
         except Exception as exc:
-            self._ran(jobs)
-            for job in jobs:
-                job.loop.call_soon_threadsafe(_settle, job.future, None, exc)
-            return
+            results, failure = [], exc
         self._ran(jobs)
+        if failure is not None:
+            for job in jobs:
+                job.loop.call_soon_threadsafe(_settle, job.future, None, failure)
+            return
         start = 0
         for job in jobs:
             end = start + len(job.images)

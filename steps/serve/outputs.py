@@ -40,8 +40,8 @@ class BatchOutput:
         return batch
 
     def __len__(self) -> int:
-        if self.output is None and self._columns is not None:
-            return len(next(iter(self._columns.values())))
+        if self.output is None:  # made of_columns
+            return len(next(iter(self.columns().values())))
         return len(self.output)
 
     def __getitem__(self, part: slice) -> Part:
@@ -51,13 +51,15 @@ class BatchOutput:
         """JSON-ready rows, as MLflow writes predictions (``pandas_orient="records"``)."""
         if self._rows is None:
             output = self.output
-            if output is None and self._columns is not None:
+            if output is None:  # made of_columns
                 # As records() reads the DataFrame predict builds of these: numbers and
                 # text as Python ones, each image's array of probabilities as a list.
-                arrays = self._columns
-                self._rows = _zip_rows(list(arrays), [v.tolist() for v in arrays.values()])
-                return self._rows
-            rows = records(output) if isinstance(output, pd.DataFrame) else None
+                arrays = self.columns()
+                rows = _zip_rows(list(arrays), [v.tolist() for v in arrays.values()])
+            elif isinstance(output, pd.DataFrame):
+                rows = records(output)
+            else:
+                rows = None
             if rows is None:
                 rows = _get_jsonable_obj(output, pandas_orient="records")
             if not isinstance(rows, list):

@@ -238,8 +238,8 @@ def _load(
 
         started = time.perf_counter()
         model = mlflow.pyfunc.load_model(str(path))
-        predictor = Predictor(model, cfg.serving.max_request_images)
         serving = cfg.serving
+        predictor = Predictor(model, serving.max_request_images)
         batcher = Batcher(
             predictor, serving.max_batch, serving.max_delay_ms / 1000, serving.inline_max_images
         )

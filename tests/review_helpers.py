@@ -7,7 +7,9 @@ makes and lets none leave this machine."""
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +17,15 @@ from typing import Any
 
 import pytest
 
+from flows.local.review.commands import main
+from flows.local.review.node_tree import node_id
 from flows.local.review.page import PageWriter
 from flows.local.workflow import LocalRunner
+from tests.conftest import SHARED
 from tests.local_examples import example
 
 CHROMIUM = "/usr/bin/chromium"
+SCHEMA = SHARED / "schemas" / "argo-workflows-v4.0.5.schema.json"
 # Argo UI's node colours (argo-ui config.scss, as graph-panel.scss paints .node .bg)
 PHASE_FILL = {
     "Succeeded": "rgb(24, 190, 148)",  # $argo-success-color #18BE94
@@ -124,3 +130,44 @@ def drawn(page: Any) -> dict[str, dict[str, str]]:
               fill: getComputedStyle(g.querySelector('circle.bg')).fill,
               hidden: g.dataset.hidden || ''}]))"""
     )
+
+
+def check_argo_shape(workflow: dict[str, Any], state: dict[str, Any]) -> None:
+    """``get -o json`` holds only fields of Argo's Workflow, WorkflowStatus, NodeStatus,
+    Inputs and Outputs (the v4.0.5 JSON schema), each node keyed by the id Argo's
+    controller gives its name, its children among the nodes, and every record of
+    state.json a node with the phase, message and start the run recorded."""
+    if not SCHEMA.is_file():
+        pytest.skip(f"{SCHEMA} is not here (../shared): Argo's v4.0.5 schema is needed")
+    definitions = json.loads(SCHEMA.read_text())["definitions"]
+    fields = {
+        kind: set(definitions[f"io.argoproj.workflow.v1alpha1.{kind}"]["properties"])
+        for kind in ("Workflow", "WorkflowStatus", "NodeStatus", "Outputs", "Inputs")
+    }
+    name, status = workflow["metadata"]["name"], workflow["status"]
+    assert set(workflow) <= fields["Workflow"] and set(status) <= fields["WorkflowStatus"]
+    for ident, node in status["nodes"].items():
+        assert set(node) <= fields["NodeStatus"], (ident, set(node) - fields["NodeStatus"])
+        assert set(node.get("outputs", {})) <= fields["Outputs"]
+        assert set(node.get("inputs", {})) <= fields["Inputs"]
+        assert ident == node["id"] == node_id(name, node["name"])
+        assert all(child in status["nodes"] for child in node["children"])
+    records = {
+        **state["tasks"],
+        **({"onExit": state["exit_handler"]} if state.get("exit_handler") else {}),
+    }
+    for key, record in records.items():
+        full = name if key == name else name + key if key.startswith("[") else f"{name}.{key}"
+        node = status["nodes"][node_id(name, full)]
+        phase = "Succeeded" if record["state"] == "Cached" else record["state"]
+        assert (node["phase"], node.get("message", "")) == (phase, record["message"]), key
+        if record["started"]:
+            started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["started"]))
+            assert node["startedAt"] == started, key
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``python flows/cifar.py ARGV`` for a review verb, in this process: exit code, out, err."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err

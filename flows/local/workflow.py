@@ -168,6 +168,8 @@ class LocalRunner:
                 record.result, record.kind = saved.get("result"), saved.get("kind", "Pod")
                 record.attempts, record.message = saved["attempts"], "kept from the earlier run"
                 record.children = list(saved.get("children", []))  # a TaskGroup's items
+                # its times as the earlier run recorded them, as `argo retry` keeps a node's
+                record.started, record.finished = saved.get("started"), saved.get("finished")
                 runner.state.kept.add(name)
         return runner
 

@@ -188,8 +188,9 @@
     }
     if (more.log) {
       panel.appendChild(el("h3", {}, ["log (its end) ", el("a", {href: more.log}, ["whole log"])]));
-      panel.appendChild(el("pre", {"class": "log-tail"}, [(more.tail || []).join("\n") ||
-        "(empty)"]));
+      var tail = el("pre", {"class": "log-tail"}, [(more.tail || []).join("\n") || "(empty)"]);
+      panel.appendChild(tail);
+      tail.scrollTop = tail.scrollHeight;  // its end in view
     }
     var template = DATA.templates[node.templateName];
     if (template) {

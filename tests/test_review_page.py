@@ -243,3 +243,33 @@ def test_the_page_tests_skip_naming_chromium_where_it_is_absent(monkeypatch) -> 
     monkeypatch.setattr(review_helpers.shutil, "which", lambda name: None)
     with pytest.raises(pytest.skip.Exception, match=r"chromium is not installed"), chromium():
         pass
+
+
+def test_a_memoized_node_is_succeeded_with_its_memoization_status(tmp_path: Path) -> None:
+    """A memo hit is a Succeeded node with memoizationStatus.hit (Argo's), drawn with the
+    database badge (icon.tsx), ✔ in get."""
+    memoize = {"key": "stage-1", "cache": {"configMap": {"name": "memo"}}}
+    output = {"name": "v", "valueFrom": {"path": "/tmp/out/v"}}
+    command = ["sh", "-c", "echo -n 7 > /tmp/out/v"]
+    template = {"name": "t", "memoize": memoize, "outputs": {"parameters": [output]},
+                "container": {"image": "i:1", "command": command}}  # fmt: skip
+    for name in ("first", "again"):
+        manifest = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+                    "metadata": {"name": name}, "spec": {"entrypoint": "main", "templates": [
+                        {"name": "main", "dag": {"tasks": [{"name": "stage", "template": "t"}]}},
+                        template]}}  # fmt: skip
+        runner = LocalRunner(manifest, tmp_path / "runs", cache_dir=tmp_path / "cache",
+                             cwd=tmp_path, on_save=PageWriter())  # fmt: skip
+        runner.run()
+    assert load_state(runner.run_dir)["tasks"]["stage"]["state"] == "Cached"
+    nodes = argo_nodes(runner.run_dir)
+    (stage,) = [n for n in nodes.values() if n["displayName"] == "stage"]
+    assert stage["phase"] == "Succeeded" and stage["memoizationStatus"]["hit"] is True
+    assert stage["memoizationStatus"]["cacheName"] == "memo"
+    assert stage["outputs"]["parameters"] == [{"name": "v", "value": "7"}]
+    with chromium() as browser:
+        page = browser.open((runner.run_dir / "index.html").as_uri())
+        node = page.locator(f'g.node[data-id="{stage["id"]}"]')
+        assert node.locator("circle.memo").count() == 1
+        assert drawn(page)[stage["id"]]["fill"] == PHASE_FILL["Succeeded"]
+    assert browser.refused == [] and browser.errors == []

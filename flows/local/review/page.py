@@ -77,13 +77,14 @@ def node_details(run_dir: Path, state: dict[str, Any], workflow: dict) -> dict[s
 def links(run_dir: Path, state: dict[str, Any]) -> list[dict[str, str]]:
     """The MLflow run, the benchmark report, each endpoint while it is up."""
     found = []
-    run_url = state.get("globals", {}).get(RUN_URL)
-    if run_url:
+    run_url = state.get("globals", {}).get(RUN_URL, "")
+    if run_url.startswith(("http://", "https://")):  # a workflow output: no other scheme
         found.append({"label": "MLflow run", "href": run_url})
     if (run_dir / REPORT).is_file():
         found.append({"label": "benchmark report", "href": REPORT.as_posix()})
     for service_name, service in (state.get("services") or {}).items():
         up = service.get("state") not in ("Stopped", "Failed")
+        up = up and str(service.get("url", "")).startswith("http://")
         label = f"endpoint {service_name}" + ("" if up else f" ({service.get('state')})")
         found.append({"label": label, "href": service["url"] if up else ""})
     return found

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 import yaml
 
 from flows import argo_server, hints, parameters, submit
+from flows.local.review import VERBS as REVIEW_VERBS
 from flows.local_run import localize, run_here
 from flows.manifests import trainjob
 from flows.manifests.names import FlowError, labels
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python flows/cifar.py",
         description="CIFAR-10 pipeline: run here (no mode flag), --render, or --submit; "
-        "`serve [--model URI]` serves the champion here.",
+        "`serve [--model URI]` serves the champion here; `list`, `get RUN`, `logs RUN "
+        "[TASK] [-f]` and `ui` review local runs as the argo CLI and UI do.",
         epilog="Argo server: cluster.argo_host, else ARGO_SERVER (host:port; ARGO_SECURE=false "
         "for http) or ARGO_HOST (a URL); token: ARGO_TOKEN; namespace: cluster.namespace when "
         "the config names it, else ARGO_NAMESPACE; ARGO_INSECURE_SKIP_VERIFY=true skips TLS "
@@ -228,6 +230,10 @@ def main(argv: list[str], pipeline: Pipeline) -> int:
     """The command line ``argv`` (without the program) over ``pipeline``'s builders."""
     if argv[:1] == ["serve"]:
         return serve(argv[1:])
+    if argv[:1] and argv[0] in REVIEW_VERBS:  # list, get, logs, ui: local runs reviewed
+        from flows.local.review.commands import main as review  # lazy, as the local run
+
+        return review(argv)
     args = build_parser().parse_args(argv)
     try:
         return run(args, pipeline)

@@ -4,9 +4,10 @@ Every command it prints runs as printed in the shell the user typed into, nothin
 on PATH: this interpreter and this checkout's ``flows/cifar.py`` as paths from the current
 directory (``.venv/bin/python flows/cifar.py`` from the repository root, after the README's
 set-up, which activates nothing), MLflow's CLI from beside the interpreter. After a run:
-what to do next (serve the champion, browse the run, run again with ``-p``); after a
-failure, ``--resume`` only where it can help: a step's user error (exit 2, such as the
-data source out of reach) fails a resumed run the same way, since it keeps its parameters.
+what to do next (serve the champion, browse the run, run again with ``-p``, review it
+with ``get``, ``logs`` and its page); after a failure, ``--resume`` only where it can
+help: a step's user error (exit 2, such as the data source out of reach) fails a resumed
+run the same way, since it keeps its parameters.
 """
 
 from __future__ import annotations
@@ -108,12 +109,30 @@ def after_run(
     run = program()
     resume = f"{run} --resume {shown(runner.run_dir)}"
     if result is None:
-        lines = [f"Continue it with: {resume}"]
+        lines = [f"Continue it with: {resume}", *review_lines(run, runner.run_dir, None)]
     elif result.status == "Succeeded":
         lines = next_commands(run, words, runner.globals)
+        lines += ["  " + line for line in review_lines(run, runner.run_dir, None)]
     else:
         lines = after_failure(run, words, result, resume)
+        failed = result.failed_task
+        lines += review_lines(run, runner.run_dir, failed.name if failed else None)
     return [*lines, mlflow_line(tracking_uri, runner.globals.get(RUN_URL))]
+
+
+def review_lines(run: str, run_dir: Path, failed: str | None) -> list[str]:
+    """How to look at the run again, as the argo CLI and UI would: its node tree, its
+    logs (the failed task's), its page."""
+    # a run's name reaches it from the directory that holds runs/, else its path does
+    where = run_dir.name if shown(run_dir) == f"runs/{run_dir.name}" else shown(run_dir)
+    logs = (
+        f"{run} logs {where} {failed}" if failed else f"{run} logs {where} (a task's: add its name)"
+    )
+    return [
+        f"review it as argo would: {run} get {where}, {logs}",
+        f"its page (the DAG, each task's log): {shown(run_dir / 'index.html')} "
+        f"({run} ui serves every run)",
+    ]
 
 
 def next_commands(run: str, words: list[str], values: dict[str, Any]) -> list[str]:

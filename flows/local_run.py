@@ -48,6 +48,7 @@ def run_here(
     """Run here exactly what ``--submit`` runs: the WorkflowTemplate built from the config
     (``base``: ``-p`` values left out, as its defaults) and a Workflow that refers to it with
     the ``-p`` ``values`` as its arguments; ``given`` is the config with them applied."""
+    from flows.local.review.mlflow_page import log_page
     from flows.local.run import run_local  # lazy: --render and --submit never load it
 
     if args.resume is not None and not (args.resume / "state.json").is_file():
@@ -65,7 +66,11 @@ def run_here(
         workflow_templates=[pipeline.build_template(base, git_revision=revision).to_dict()],
         parameters=values,
         resume=args.resume,
-        closing=lambda runner, result: hints.after_run(args, cfg, runner, result),
+        # the run's page joins its MLflow run once the run ended, then what to do next
+        closing=lambda runner, result: [
+            *log_page(runner.run_dir),
+            *hints.after_run(args, cfg, runner, result),
+        ],
     )
 
 

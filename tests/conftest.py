@@ -29,7 +29,7 @@ SLOW_FIXTURES = {
     "served",
     "ddp_run",  # tests/test_train.py: torchrun with 2 ranks and MLflow
     "dry_run",  # tests/test_gpu_benchmark.py: benchmarks/gpu.py --quick
-    "smoke_run",  # tests/test_local_pipeline.py: the smoke pipeline, failed and resumed
+    "smoke_run",  # below (tests/pipeline_runs.py): the smoke pipeline, failed and resumed
     "transaction",  # tests/test_local_rollback.py: a first deployment
     "builds",  # tests/test_cluster_install.py: kustomize builds of every layer
 }
@@ -182,3 +182,23 @@ def pipeline_in(bucket: S3Bucket, mlflow_server: MLflowServer, root: Path) -> Pi
 @pytest.fixture
 def pipeline(s3_bucket: S3Bucket, mlflow_server: MLflowServer, tmp_path: Path) -> Pipeline:
     return pipeline_in(s3_bucket, mlflow_server, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(
+    seaweedfs: SeaweedFS, mlflow_server: MLflowServer, tmp_path_factory: pytest.TempPathFactory
+):
+    """The smoke pipeline, failed and resumed (tests/pipeline_runs.py), read by
+    tests/test_local_pipeline.py and tests/test_review_smoke.py: (SmokeRun, MLflow client)."""
+    from tests.pipeline_runs import smoke_run_in
+
+    return smoke_run_in(seaweedfs, mlflow_server, tmp_path_factory.mktemp("smoke-run"))
+
+
+@pytest.fixture(scope="session")
+def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Runs of Argo's own examples in one runs directory, each page written by the runner
+    as it ran (tests/review_helpers.py); the review tests only read them."""
+    from tests.review_helpers import run_examples
+
+    return run_examples(tmp_path_factory.mktemp("example-runs"))

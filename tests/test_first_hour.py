@@ -320,7 +320,9 @@ def test_the_smoke_run_and_every_command_it_prints_run_as_printed(tmp_path: Path
     assert "(stopped with the run)" in re.sub(r"[\s│]+", " ", out)
     assert re.search(r"^InferenceService cifar10-classifier: \S+ \(task deploy, Stopped", out, re.M)
     lines = out.rstrip().splitlines()
-    assert lines[-4] == "Next:" and lines[-1].startswith("Browse the run in MLflow")
+    # Next: serve, run again, review it (get, logs), its page; then MLflow
+    assert lines[-6] == "Next:" and lines[-1].startswith("Browse the run in MLflow")
+    assert lines[-3].startswith("  review it as argo would: ")
 
     # serve the champion, as printed; its own curl line, as printed
     serve_line = printed(out, "serve the champion here (Ctrl-C stops it)")

@@ -4,90 +4,25 @@ SMALL, as nothing here asserts the model's accuracy or the variants' numbers; th
 smoke run itself is test_first_hour.py's), against a real SeaweedFS S3 server and a real
 ``mlflow server``.
 
-One run, shared by the tests below, which only read it: staging fails on a tarball whose
-upload is not complete yet, the run is resumed as printed once the upload is whole, and it
-ends with the first champion deployed, checked live and stopped. Then the same data source
-again: a second workflow whose staging is served from the memo cache."""
+One run (conftest.py's session fixture ``smoke_run``, tests/pipeline_runs.py), shared by
+the tests below and tests/test_review_smoke.py, which only read it: staging fails on a
+tarball whose upload is not complete yet, the run is resumed as printed once the upload is
+whole, and it ends with the first champion deployed, checked live and stopped. Then the
+same data source again: a second workflow whose staging is served from the memo cache."""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.cifar_files import write_cifar_tarball
-from tests.conftest import REPO_ROOT, S3Bucket, pipeline_in
-from tests.mlflow_server import MLflowServer
-from tests.pipeline_runs import SMALL, cifar, only_run_dir, sets, state_of
-from tests.servers import SeaweedFS
+from tests.conftest import REPO_ROOT
+from tests.pipeline_runs import cifar, only_run_dir, state_of
 
 pytestmark = pytest.mark.slow
 STEPS = ["create-run", "stage", "train", "optimize", "benchmark"]
-
-
-@dataclass(frozen=True)
-class SmokeRun:
-    """What the run left, read by the tests: each command's output, the state after the
-    failure, the run's directory and MLflow run, and the arguments it was started with."""
-
-    args: list[str]
-    env: dict[str, str]
-    cwd: Path
-    s3_root: str
-    failed: subprocess.CompletedProcess
-    failed_state: dict
-    failed_status: str  # the MLflow run's, after the failure
-    resume: str
-    resumed: subprocess.CompletedProcess
-    run_dir: Path
-    run_id: str
-
-
-@pytest.fixture(scope="module")
-def smoke_run(
-    seaweedfs: SeaweedFS, mlflow_server: MLflowServer, tmp_path_factory: pytest.TempPathFactory
-):
-    root = tmp_path_factory.mktemp("smoke-run")
-    bucket = S3Bucket(seaweedfs, f"smoke-{root.name.lower()}")
-    seaweedfs.client().create_bucket(Bucket=bucket.name)
-    pipeline = pipeline_in(bucket, mlflow_server, root)
-    tarball = root / "upload" / "cifar-10-python.tar.gz"
-    args = [*pipeline.args, *sets([*SMALL, f"data.source={tarball}", "data.md5=none"])]
-
-    # 1. The upload is not complete yet (half the tarball): staging fails. (A tarball that
-    # is not there at all is refused before anything runs.)
-    tarball.parent.mkdir()
-    write_cifar_tarball(tarball, per_batch=60, seed=3)
-    whole = tarball.read_bytes()
-    tarball.write_bytes(whole[: len(whole) // 2])
-    failed = cifar(args, pipeline.cwd, pipeline.env)
-    run_dir = only_run_dir(pipeline.cwd)
-    failed_state = state_of(run_dir)
-    run_id = failed_state["globals"]["workflow.outputs.parameters.mlflow-run-id"]
-    failed_status = pipeline.mlflow.get_run(run_id).info.status
-
-    # 2. Finish the upload and resume, as printed, from a shell without the venv on PATH.
-    tarball.write_bytes(whole)
-    resume = f"{sys.executable} {REPO_ROOT / 'flows' / 'cifar.py'} --resume runs/{run_dir.name}"
-    resumed = subprocess.run(
-        ["/bin/sh", "-c", resume],
-        cwd=pipeline.cwd,
-        env={**pipeline.env, "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    found = SmokeRun(
-        args, pipeline.env, pipeline.cwd, pipeline.s3_root, failed, failed_state,
-        failed_status, resume, resumed, run_dir, run_id,
-    )  # fmt: skip
-    return found, pipeline.mlflow
 
 
 def test_a_failed_stage_names_the_task_and_offers_resume(smoke_run) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
+from flows.local.review.page import PAGE, PageWriter
 from flows.local.signals import as_stop
 from flows.local.status import RunResult
 from flows.local.view import LiveView, print_summary, print_tasks
@@ -37,8 +38,9 @@ def run_local(
     console = console or Console(stderr=True, soft_wrap=True)
     templates = workflow_templates or []
     view = LiveView(console)
+    page = PageWriter()  # runs/<name>/index.html, rewritten as the nodes change
     if resume is not None:
-        runner = LocalRunner.resume(Path(resume), on_change=view, cache_dir=cache_dir)
+        runner = LocalRunner.resume(Path(resume), on_change=view, cache_dir=cache_dir, on_save=page)
         console.print(f"Resuming {runner.name} from {runner.run_dir}")
     else:
         manifest = workflow if isinstance(workflow, dict) else workflow.to_dict()
@@ -49,8 +51,10 @@ def run_local(
             cache_dir=cache_dir,
             workflow_templates=[t if isinstance(t, dict) else t.to_dict() for t in templates],
             parameters=parameters,
+            on_save=page,
         )
         console.print(f"Running workflow {runner.name} locally; logs in {runner.run_dir}/logs")
+    console.print(f"Its page: {runner.run_dir / PAGE}", highlight=False)
     try:
         with view:
             result = runner.run()

@@ -36,6 +36,7 @@ class RunState:
     globals: dict[str, str] = field(default_factory=dict)
     tasks: dict[str, TaskRecord] = field(default_factory=dict)  # every node by its key
     exit_task: TaskRecord | None = None
+    root: TaskRecord | None = None  # the entrypoint's node (not among tasks for a DAG/steps)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)  # start nothing more
     deadline_passed: threading.Event = field(default_factory=threading.Event)
@@ -75,6 +76,7 @@ class RunState:
                 "globals": dict(self.globals),
                 "tasks": records,
                 "exit_handler": saved(self.exit_task) if self.exit_task else None,
+                "root": saved(self.root) if self.root else None,
                 "services": services,
             }
             # the manifest never changes: encoded once, it leads the state as if dumped with it

@@ -68,6 +68,7 @@ class TaskRecord:
     exit_code: int | None = None
     message: str = ""
     process_seconds: float = 0.0  # spawn to exit of its processes, all attempts
+    inputs: dict[str, str] = field(default_factory=dict)  # its input parameters, as bound
     outputs: dict[str, str] = field(default_factory=dict)
     result: str | None = None  # outputs.result: the main process's stdout, as Argo keeps it
     kind: str = "Pod"  # Argo's node type: Pod, DAG, Steps, TaskGroup, Skipped

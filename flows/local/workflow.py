@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ class LocalRunner:
         workflow_templates: list[dict[str, Any]] | None = None,
         parameters: dict[str, str] | None = None,
         lock_dir: Path | None = None,
+        on_save: Callable[[Path], None] | None = None,
     ) -> None:
         manifest = resolve(manifest, workflow_templates or (), parameters)
         problems = unsupported(manifest) + lint(manifest)
@@ -70,6 +72,7 @@ class LocalRunner:
         )
         self.run_dir = Path(runs_dir) / self.name
         self.on_change = on_change or (lambda runner: None)
+        self.on_save = on_save  # state.json written: what follows it (the run's page)
         self.state = RunState(
             name=self.name,
             manifest=manifest,
@@ -101,6 +104,7 @@ class LocalRunner:
         }
         composite = "dag" in entry or "steps" in entry
         self.root = TaskRecord("" if composite else self.name, spec["entrypoint"])
+        self.state.root = self.root
         deadline = spec.get("activeDeadlineSeconds")
         self.deadline_s = float(deadline) if deadline not in (None, "") else None
         # the entry DAG's tasks show as Pending from the start; other nodes as they are made
@@ -134,6 +138,8 @@ class LocalRunner:
 
     def save_state(self) -> None:
         self.state.save(self.pods.services.describe())
+        if self.on_save:
+            self.on_save(self.run_dir)
 
     def _changed(self) -> None:
         """Nodes started or finished: the state on disk and the view follow."""
@@ -162,6 +168,8 @@ class LocalRunner:
                 record.result, record.kind = saved.get("result"), saved.get("kind", "Pod")
                 record.attempts, record.message = saved["attempts"], "kept from the earlier run"
                 record.children = list(saved.get("children", []))  # a TaskGroup's items
+                # its times as the earlier run recorded them, as `argo retry` keeps a node's
+                record.started, record.finished = saved.get("started"), saved.get("finished")
                 runner.state.kept.add(name)
         return runner
 

@@ -55,6 +55,7 @@ def run_node(
             return
         template = state.templates[task["template"]]
         inputs = bind_inputs(task, template, scope)
+        record.inputs = {k.removeprefix("inputs.parameters."): v for k, v in inputs.items()}
         if "dag" in template or "steps" in template:
             _run_composite(state, pods, record, template, inputs)
             export_globals(state, template, record)

@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1.7
 # The serving image: python-slim + the [serve] extra (MLflow to load the champion pyfunc,
-# ONNX Runtime and OpenVINO to run its variants, uvicorn). No torch: the champion is the
-# portable variants only (steps/common/serving). The InferenceService's predictor runs it.
+# ONNX Runtime and OpenVINO to run its variants, uvicorn). No torch: it serves a champion
+# of portable variants (steps/common/serving), the InferenceService's predictor runs it; a
+# champion of torch variants is served by cifar-optimize (the torch that built them).
 #   docker build -f containers/serve.Dockerfile --build-arg VERSION=0.1.0 -t REGISTRY/cifar-serve:0.1.0 .
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 

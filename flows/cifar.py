@@ -80,7 +80,12 @@ def _define(cfg: PipelineConfig) -> None:
     # same `when` and is Skipped with the deploy
     promoted = f"{_output('benchmark', 'promoted')} == true"
     model_uri = f"models:/{cfg.benchmark.registered_model}/{version}"
-    deployed = {"model-uri": model_uri, "run-id": run_id, "model-version": version}
+    deployed = {
+        "model-uri": model_uri,
+        "run-id": run_id,
+        "model-version": version,
+        "serving-image": _output("benchmark", "serving-image"),
+    }
     checked = {**shared, "url": _output("deploy", "url"), "benchmark-uri": report_uri}
     reason = (
         f"the deployment of v{version} failed (deploy {{{{tasks.deploy.status}}}}, "
@@ -114,7 +119,11 @@ def _define(cfg: PipelineConfig) -> None:
                 name="rollback-apply",
                 depends=ROLLBACK_DEPENDS,
                 when=f"'{previous}' != ''",
-                arguments={"previous-version": previous, "run-id": run_id},
+                arguments={
+                    "previous-version": previous,
+                    "run-id": run_id,
+                    "previous-serving-image": _output("benchmark", "previous-serving-image"),
+                },
             )
             serving.rollback_delete(
                 name="rollback-delete", depends=ROLLBACK_DEPENDS, when=f"'{previous}' == ''"

@@ -41,7 +41,16 @@ def benchmark_template(cfg: PipelineConfig, settings: Sequence[str]) -> Containe
         report_artifact("report", "report.md"),
         report_artifact("benchmark", "benchmark.json"),
     ]
-    decision = [file_output(n, n) for n in ("promoted", "model-version", "previous-version")]
+    decision = [
+        file_output(n, n)
+        for n in (
+            "promoted",
+            "model-version",
+            "previous-version",
+            "serving-image",  # the image that serves the version (deploy's)
+            "previous-serving-image",  # and the previous one (rollback-apply's)
+        )
+    ]
     return container_step(
         cfg,
         name="benchmark",

@@ -8,10 +8,12 @@ both if either fails: deploy is a transaction (flows/cifar.py's DAG wires them).
 
 - ``deploy``: ``kubectl apply`` of the champion's InferenceService
   (flows/manifests/inferenceservice.py) for the ``model-uri`` input (labelled with the
-  MLflow ``run-id`` and the ``model-version``); it succeeds when the service is Ready and
-  fails on a failed rollout or at its deadline, ``serving.ready_timeout_s``; its outputs
-  are the in-cluster ``url`` (``status.address.url``) and the ``external-url``
-  (``status.url``). No ownerReference: the service outlives the workflow.
+  MLflow ``run-id`` and the ``model-version``), run by the ``serving-image`` the benchmark
+  chose for it (cifar-serve, or cifar-optimize for a torch champion); it succeeds when the
+  service is Ready and fails on a failed rollout or at its deadline,
+  ``serving.ready_timeout_s``; its outputs are the in-cluster ``url``
+  (``status.address.url``) and the ``external-url`` (``status.url``). No ownerReference:
+  the service outlives the workflow.
 - ``serve-check`` (``python -m steps.serve_check``): waits up to ``serving.ready_timeout_s``
   for the endpoint to serve the promoted version, then checks the staged test split
   against it; a verdict against it moves the alias back and exits 3, which is final (a
@@ -21,7 +23,8 @@ both if either fails: deploy is a transaction (flows/cifar.py's DAG wires them).
   run's version to the one before it, whatever ended deploy or serve-check (a failure
   condition, a deadline, an Error); after serve-check's own rollback it finds the alias
   already back and moves nothing, so the alias moves back once.
-- ``rollback-apply``: the same service for the registry version ``previous-version``;
+- ``rollback-apply``: the same service for the registry version ``previous-version``, in
+  its own image (``previous-serving-image``);
   ``rollback-delete``: deletes the service (a first deployment that failed).
 
 So a run ends with the alias and the served version agreeing: Succeeded serves the new
@@ -115,10 +118,12 @@ def deadline_s(cfg: PipelineConfig) -> int:
     return math.ceil(cfg.serving.ready_timeout_s)
 
 
-def manifest(cfg: PipelineConfig, settings: list[str], *, model_uri: str, version: str) -> str:
+def manifest(
+    cfg: PipelineConfig, settings: list[str], *, model_uri: str, version: str, image: str
+) -> str:
     service_labels = {isvc.RUN_LABEL: input_ref("run-id"), isvc.VERSION_LABEL: version}
     data = isvc.build_inferenceservice(
-        cfg, model_uri=model_uri, labels=service_labels, settings=settings
+        cfg, model_uri=model_uri, labels=service_labels, settings=settings, image=image
     )
     return yaml.safe_dump(data, sort_keys=False)
 
@@ -164,8 +169,9 @@ def serving_templates(cfg: PipelineConfig, settings: Sequence[str]) -> ServingTe
             list(settings),
             model_uri=input_ref("model-uri"),
             version=input_ref("model-version"),
+            image=input_ref("serving-image"),
         ),
-        inputs=["model-uri", "run-id", "model-version"],
+        inputs=["model-uri", "run-id", "model-version", "serving-image"],
         failure=FAILURE,
         outputs=urls,
     )
@@ -181,8 +187,9 @@ def serving_templates(cfg: PipelineConfig, settings: Sequence[str]) -> ServingTe
             list(settings),
             model_uri=f"models:/{cfg.benchmark.registered_model}/{previous}",
             version=previous,
+            image=input_ref("previous-serving-image"),
         ),
-        inputs=["previous-version", "run-id"],
+        inputs=["previous-version", "run-id", "previous-serving-image"],
         failure=None,
         outputs=None,
     )

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pytest
 import torch
 
@@ -324,8 +325,18 @@ def test_registry_promotes_the_better_model_only(
     files = {f.path for f in client.list_artifacts(run.info.run_id, "benchmark")}
     names = ("benchmark.json", "report.md", "benchmark.png", "table.json")
     assert files == {f"benchmark/{f}" for f in names}
-    loaded = mlflow.pytorch.load_model(f"models:/{name}@champion")
-    assert loaded(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+    # optimize.variants=[torchscript]: no portable variant, so the champion is the serving
+    # pyfunc over the torch variants, served by the image that built them; its input is
+    # uint8 pixels as for any champion (it was the FP32 torch.export model, which the live
+    # check's UINT8 request was refused by).
+    assert champion.tags["serving"].startswith("pyfunc: bs 1 ")
+    assert set(re.findall(r"bs \d+ (\w+)", champion.tags["serving"])) <= {"eager", "torchscript"}
+    assert champion.tags["serving_image"].rsplit("/", 1)[1].startswith("cifar-optimize:")
+    uri = f"models:/{name}@champion"
+    (spec,) = mlflow.models.get_model_info(uri).signature.inputs.inputs
+    assert (spec.type, spec.shape) == (np.dtype(np.uint8), (-1, 32, 32, 3))
+    loaded = mlflow.pyfunc.load_model(uri)
+    assert loaded.predict(np.zeros((2, 32, 32, 3), np.uint8))["class"].shape == (2,)
 
 
 @pytest.mark.parametrize(

@@ -103,6 +103,10 @@ def test_dag_order_and_data_flow(path: Path) -> None:
         assert args[name]["run-id"] == "{{tasks.create-run.outputs.parameters.run-id}}"
         assert args[name]["model-uri"] == f"{root}/runs/{{{{workflow.name}}}}/model"
     assert args["benchmark"]["optimized-uri"] == args["optimize"]["optimized-uri"]
+    # The predictor's image is the one the benchmark chose for the version, and for the one
+    # a rollback re-applies (cifar-serve, or cifar-optimize for a torch champion).
+    for task, image in (("deploy", "serving-image"), ("rollback-apply", "previous-serving-image")):
+        assert args[task][image] == f"{{{{tasks.benchmark.outputs.parameters.{image}}}}}"
     run_id = t["create-run"]["outputs"]["parameters"][0]
     assert (run_id["globalName"], run_id["valueFrom"]["path"]) == (
         "mlflow-run-id",
@@ -158,7 +162,12 @@ def test_every_image_carries_the_configured_version(path: Path) -> None:
     assert cfg.images.tag == package_version()
     images = {n: t["container"]["image"] for n, t in templates(wf).items() if "container" in t}
     assert images == {n: cfg.images.image(step) for n, step in STEP_IMAGES.items()}  # type: ignore[arg-type]
-    job_images = {c["image"] for _, _, c in pods(wf)}
+    # The predictor's image is a parameter, the benchmark's choice for the version served:
+    # one of cfg.images' (steps/benchmark/registered_model.py SERVED_BY; its tests read it).
+    chosen = {"deploy": "serving-image", "rollback-apply": "previous-serving-image"}
+    predictors = {w: c["image"] for w, _, c in pods(wf) if w in chosen}
+    assert predictors == {w: f"{{{{inputs.parameters.{p}}}}}" for w, p in chosen.items()}
+    job_images = {c["image"] for w, _, c in pods(wf) if w not in chosen}
     assert all(i.endswith(f":{cfg.images.tag}") and not i.endswith(":latest") for i in job_images)
 
 

@@ -32,6 +32,9 @@ from tests.flow_helpers import CONFIGS, VALIDATOR
 
 VALUES = {"model-uri": "models:/cifar10-classifier/7", "run-id": "0123456789abcdef" * 2}
 VALUES |= {"model-version": "7", "previous-version": "6"}
+# the benchmark's choice: v7 runs a torch variant, v6 portable ones (registered_model.SERVED_BY)
+VALUES |= {"serving-image": "ghcr.io/cifar-pipeline/cifar-optimize:0.1.0"}
+VALUES |= {"previous-serving-image": "ghcr.io/cifar-pipeline/cifar-serve:0.1.0"}
 
 
 def rendered(cfg: PipelineConfig) -> dict[str, Any]:
@@ -130,11 +133,12 @@ def test_secrets_reach_the_server_by_reference_only() -> None:
 def test_the_applied_services_name_the_run_and_version_in_valid_labels() -> None:
     cfg = PipelineConfig()
     found = by_name(rendered(cfg))
-    for name, version, uri in (
-        ("deploy", "7", "models:/cifar10-classifier/7"),
-        ("rollback-apply", "6", "models:/cifar10-classifier/6"),
+    for name, version, uri, image in (
+        ("deploy", "7", "models:/cifar10-classifier/7", VALUES["serving-image"]),
+        ("rollback-apply", "6", "models:/cifar10-classifier/6", VALUES["previous-serving-image"]),
     ):
         service = applied(found[name])
+        assert container(service)["image"] == image  # each version in the image that serves it
         labels = service["metadata"]["labels"]
         assert labels[isvc.VERSION_LABEL] == version and labels[isvc.RUN_LABEL] == VALUES["run-id"]
         assert all(LABEL_VALUE.fullmatch(v) and len(v) <= 63 for v in labels.values()), labels

@@ -204,20 +204,42 @@ def test_install_is_scoped_to_the_served_specs() -> None:
 
 
 def test_served_code_imports_neither_torch_nor_steps() -> None:
-    # What ``mlflow models serve`` executes: classifier.py and its code_paths, alone.
-    code = (
+    # What ``mlflow models serve`` executes: classifier.py and its code_paths, alone. A
+    # portable champion needs no torch (torch_runners is imported only for a torch
+    # variant, and says so where torch is missing); torch_runners needs no steps.
+    folder = str(Path(CLASSIFIER).parent)
+    portable = [p.stem for p in CODE_PATHS if p.stem != "torch_runners"]
+    no_torch = (
         "import sys\n"
+        "from pathlib import Path\n"
         "sys.modules['torch'] = sys.modules['steps'] = None  # any import of them fails\n"
-        f"sys.path.insert(0, {str(Path(CLASSIFIER).parent)!r})\n"
-        f"import {', '.join(p.stem for p in CODE_PATHS)}, classifier\n"
+        f"sys.path.insert(0, {folder!r})\n"
+        f"import {', '.join(portable)}, classifier\n"
+        "print('loaded')\n"
+        "try:\n"
+        "    runners.load_runner('torchscript', Path('m.pt'), {}, 1, ((0, 0, 0), (1, 1, 1)))\n"
+        "except runners.RuntimeMissing as exc:\n"
+        "    print(exc)\n"
+    )
+    no_steps = (
+        "import sys\n"
+        "sys.modules['steps'] = None\n"
+        f"sys.path.insert(0, {folder!r})\n"
+        "import torch_runners\n"
         "print('loaded')\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "loaded"
+    outputs = []
+    for code in (no_torch, no_steps):
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(done.stdout.strip().splitlines())
+    assert outputs[0][0] == "loaded"
+    assert outputs[0][1].startswith("torch is not installed: this champion runs a torch variant")
+    assert outputs[1] == ["loaded"]
+    assert {p.stem for p in CODE_PATHS} == {"runners", "torch_runners", "strict_input"}
 
 
 def test_openvino_runner_answers_concurrent_callers(bundle: Bundle) -> None:

@@ -8,11 +8,14 @@ constants.go: ``DeploymentMode = "serving.kserve.io/deploymentMode"``; ``Standar
 The predictor is one custom container named ``kserve-container`` (constants.go
 InferenceServiceContainerName: the name KServe reads the model's load state from,
 inference_service_status.go PropagateModelStatus) running ``python -m steps.serve`` of the
-``cifar-serve`` image. Its pod parts are built on the Kubernetes client's typed models and
-serialised as the API server takes them (as flows/manifests/pytorchjob.py does); the
-envelope is plain data. The pod runs as every pod of the pipeline does
-(flows/manifests/pod.py): no root, no capabilities, Secrets by reference only, and no
-service-account token (the server talks to MLflow and S3, never to the API server).
+image that serves the champion: ``cifar-serve`` (no torch) for portable variants,
+``cifar-optimize`` (the torch that built them) for torch ones, as the benchmark's
+``serving-image`` output says (steps/benchmark/registered_model.py). Its pod parts are
+built on the Kubernetes client's typed models and serialised as the API server takes them
+(as flows/manifests/pytorchjob.py does); the envelope is plain data. The pod runs as every
+pod of the pipeline does (flows/manifests/pod.py): no root, no capabilities, Secrets by
+reference only, and no service-account token (the server talks to MLflow and S3, never to
+the API server).
 """
 
 from __future__ import annotations
@@ -77,13 +80,16 @@ def _probe(path: str, port: int, *, period_s: int, failures: int) -> k8s.V1Probe
     )
 
 
-def build_container(cfg: PipelineConfig, *, model_uri: str, settings: list[str]) -> k8s.V1Container:
-    """``python -m steps.serve`` on all interfaces of the pod, at ``serving.port``."""
+def build_container(
+    cfg: PipelineConfig, *, model_uri: str, settings: list[str], image: str | None = None
+) -> k8s.V1Container:
+    """``python -m steps.serve`` on all interfaces of the pod, at ``serving.port``, in
+    ``image`` (default: cifar-serve)."""
     port = cfg.serving.port
     args = ["--model-uri", model_uri, "--host", "0.0.0.0", "--port", str(port)]
     return k8s.V1Container(
         name=CONTAINER,
-        image=cfg.images.image("serve"),
+        image=image or cfg.images.image("serve"),
         image_pull_policy=cfg.images.pull_policy,
         command=["python", "-m", "steps.serve"],
         args=[*args, *server_settings(settings)],
@@ -107,17 +113,20 @@ def build_inferenceservice(
     model_uri: str,
     labels: dict[str, str],
     settings: list[str] | None = None,
+    image: str | None = None,
 ) -> dict[str, Any]:
     """The InferenceService named ``serving.name`` in ``cluster.namespace`` serving
-    ``model_uri``; ``labels`` (e.g. RUN_LABEL, VERSION_LABEL) join the app's labels;
-    ``settings``: the config as ``--set`` arguments (default: ``config_args(cfg)``), of
-    which the server gets its own sections. No ownerReference: it outlives the workflow."""
+    ``model_uri`` from ``image`` (default: cifar-serve); ``labels`` (e.g. RUN_LABEL,
+    VERSION_LABEL) join the app's labels; ``settings``: the config as ``--set`` arguments
+    (default: ``config_args(cfg)``), of which the server gets its own sections. No
+    ownerReference: it outlives the workflow."""
     s = cfg.serving
     container = _serialise(
         build_container(
             cfg,
             model_uri=model_uri,
             settings=config_args(cfg) if settings is None else settings,
+            image=image,
         )
     )
     container["securityContext"] = container_security(cfg)

@@ -2,8 +2,9 @@
 aliases, no stages), and the alias move.
 
 Every benchmarked model is registered as a new version (``steps.benchmark.registered_model``:
-the serving pyfunc, or the torch.export model), tagged with its dataset digest, workflow,
-image, best variant and numbers, and with the version that held the alias before
+the serving pyfunc of the variants it runs), tagged with its dataset digest, workflow,
+image, best variant, the image that serves it (``serving_image``) and numbers, and with
+the version that held the alias before
 (``previous_champion``, ``none`` if none; also the promotion's ``previous_version`` and the
 step's ``previous-version`` output): what ``steps.serve_check`` and the workflow's
 rollbacks go back to when the deployment or its live check fails, never a version that did
@@ -26,10 +27,11 @@ from mlflow.exceptions import MlflowException
 
 from steps.benchmark.previous import NO_PREVIOUS, PREVIOUS_TAG, previous_version, served_lookup
 from steps.benchmark.registered_model import (
+    SERVED_BY,
     RegistryError,
-    log_exported_model,
     log_served_model,
-    portable_fastest,
+    runtime,
+    served_fastest,
 )
 from steps.benchmark.results import BenchmarkReport, Challenger, Champion, Decision, Promotion
 from steps.common.config import PipelineConfig
@@ -127,21 +129,18 @@ def promote(
     test images, the reloaded model's check; ``run_id``: the pipeline's MLflow run."""
     bench = cfg.benchmark
     client = mlflow.MlflowClient()
-    fastest = portable_fastest(report, variants, bench.accuracy_margin)
+    fastest = served_fastest(report, variants, bench.accuracy_margin)
     tags = _version_tags(cfg, report, run_id)
-    if fastest:  # else no portable runtime here: the torch.export model is registered
-        tags["serving"] = "pyfunc: " + ", ".join(f"bs {b} {n}" for b, n in fastest.items())
-        info = log_served_model(
-            trained, variants, fastest, cfg.storage, images, bench.registered_model
-        )
-    else:
-        info = log_exported_model(trained, images, bench.registered_model)
+    tags["serving"] = "pyfunc: " + ", ".join(f"bs {b} {n}" for b, n in fastest.items())
+    image = tags["serving_image"] = cfg.images.image(SERVED_BY[runtime(variants, fastest)])
+    info = log_served_model(trained, variants, fastest, cfg.storage, images, bench.registered_model)
     version = str(info.registered_model_version)
     challenger = challenger_of(report)
     champion = read_champion(client, bench.registered_model, bench.alias)
     decision = decide(challenger, champion, cfg)
     lookup = served_lookup(client, bench.registered_model)
     previous = previous_version(asdict(champion) if champion else None, run_id, lookup)
+    previous_image = serving_image_of(client, cfg, previous) if previous else ""
     numbers = {
         "accuracy": f"{challenger.accuracy:.6f}",
         "p50_ms": f"{challenger.p50_ms:.6f}",
@@ -170,7 +169,20 @@ def promote(
         model_uri=info.model_uri,
         previous_version=previous,
         served_by_batch=fastest,
+        serving_image=image,
+        previous_serving_image=previous_image,
     )
+
+
+def serving_image_of(client, cfg: PipelineConfig, version: str) -> str:
+    """The image that serves ``version`` of ``benchmark.registered_model``: its
+    ``serving_image`` tag; cifar-serve for a version registered before the tag (a portable
+    pyfunc) or one that cannot be read."""
+    try:
+        tags = client.get_model_version(cfg.benchmark.registered_model, version).tags
+    except MlflowException:
+        tags = {}
+    return tags.get("serving_image") or cfg.images.image(SERVED_BY["portable"])
 
 
 def _version_tags(cfg: PipelineConfig, report: BenchmarkReport, run_id: str) -> dict[str, str]:

@@ -125,7 +125,9 @@ class Promotion:
     """What the gate did in the registry (``steps.benchmark.champion``). Without a decision
     MLflow tracking was off and nothing was registered. ``previous_version``: the version
     that held the alias before this run and served, "" if none (what a rollback goes back
-    to); ``served_by_batch``: what the registered model runs per request size."""
+    to); ``served_by_batch``: what the registered model runs per request size;
+    ``serving_image`` and ``previous_serving_image``: the images that serve the version and
+    the previous one (cifar-serve for portable variants, cifar-optimize for torch ones)."""
 
     decision: Decision | None = None
     registered_model: str = ""
@@ -134,6 +136,8 @@ class Promotion:
     model_uri: str = ""
     previous_version: str = ""
     served_by_batch: dict[int, str] = field(default_factory=dict)
+    serving_image: str = ""
+    previous_serving_image: str = ""
 
     @property
     def promoted(self) -> bool:
@@ -163,6 +167,8 @@ class Promotion:
             "model_uri": self.model_uri,
             "previous_version": self.previous_version,
             "served_by_batch": {str(b): n for b, n in self.served_by_batch.items()},
+            "serving_image": self.serving_image,
+            "previous_serving_image": self.previous_serving_image,
         }
 
 

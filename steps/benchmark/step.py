@@ -11,7 +11,8 @@ per variant: test-set accuracy. Writes ``benchmark.json``, ``report.md`` and ``b
 REPORT_URI (``benchmark.json`` last), and into the outputs dir ``report.md``,
 ``benchmark.json``, ``previous-version`` (the version that held the alias before this run,
 "" if none), ``promoted`` (true/false), ``model-version`` (the registered version, "" if
-none) and ``summary.json`` (seconds, best_variant, promoted). With MLflow on,
+none), ``serving-image`` and ``previous-serving-image`` (the images that serve them: the
+deploy's and the rollback's) and ``summary.json`` (seconds, best_variant, promoted). With MLflow on,
 registers the model and moves the alias only if it passes the gate
 (``steps.benchmark.champion``), then logs the numbers as a table (``benchmark/table.json``),
 a few ``bench/...`` headline metrics, the run's description and the files.
@@ -134,6 +135,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # What the deploy task reads: whether the alias moved, and to which registry version.
     outputs["promoted"] = "true" if promotion.promoted else "false"
     outputs["model-version"] = promotion.version
+    # The images that serve it and the version before (cifar-optimize for a torch champion).
+    outputs["serving-image"] = promotion.serving_image
+    outputs["previous-serving-image"] = promotion.previous_serving_image
     write_outputs(args.outputs_dir, {**outputs, "summary.json": summary})
     print(store.root)
     return {**summary, "report": report}

@@ -20,7 +20,9 @@ as what arrived passes that size. Its JSON is bounded while it arrives (steps.se
 depth, digits, arrays and elements), so a hostile body is refused within the chunk that
 passes a bound; a large body is parsed off the event loop. A bad request gets a 4xx with one
 line, in its protocol's error shape, and never joins a batch; both protocols share the
-batcher.
+batcher. A refusal before the body was read whole says ``Connection: close`` and then reads
+and drops the rest of the body within ``serving.linger_*`` (``steps.serve.asgi.refuse``, as
+nginx's lingering close), so a client still sending reads the status, not a reset.
 """
 
 from __future__ import annotations
@@ -36,7 +38,19 @@ from mlflow.exceptions import MlflowException
 from mlflow.version import VERSION
 
 from steps.serve import oip
-from steps.serve.asgi import BINARY, CLOSE, JSON, Receive, Scope, Send, off_loop, read_body, respond
+from steps.serve.asgi import (
+    BINARY,
+    JSON,
+    Linger,
+    Receive,
+    Received,
+    Scope,
+    Send,
+    off_loop,
+    read_body,
+    refuse,
+    respond,
+)
 from steps.serve.batcher import Batcher
 from steps.serve.bounds import BodyRefused
 from steps.serve.outputs import encode
@@ -55,9 +69,16 @@ class ServingApp:
     """The ASGI app. ``predictor``, ``batcher`` and ``codec`` are set by ``loaded`` once the
     model is ready (the port is bound before, so a probe sees 503 while it loads)."""
 
-    def __init__(self, model_name: str = "model", model_version: str | None = None) -> None:
+    def __init__(
+        self,
+        model_name: str = "model",
+        model_version: str | None = None,
+        linger: Linger | None = None,
+    ) -> None:
         self.model_name = model_name
         self.model_version = model_version
+        # serving.linger_*; max_bytes -1: from the body bound, known once the model loaded
+        self.linger = linger or Linger(-1, 30.0, 5.0)
         self.metadata = json.dumps(self._described({})).encode()
         self.predictor: Predictor | None = None
         self.batcher: Batcher | None = None
@@ -168,12 +189,12 @@ class ServingApp:
             return
 
         async def fail(
-            status: int, message: str, exc: MlflowException | None = None, close: bool = False
+            status: int, message: str, exc: MlflowException | None = None, unread: bool = False
         ) -> None:
             # MLflow's own body for its exceptions (error_class and sqlstate included), as
             # ``mlflow models serve`` answers them.
             answer = error_body(exc) if exc else (status, _message("BAD_REQUEST", message))
-            await respond(send, *answer, extra=CLOSE if close else None)
+            await self._refuse(send, receive, *answer, unread)
 
         async def parse(body: bytes) -> tuple[np.ndarray, Callable]:
             return await off_loop(predictor.parse, body), encode
@@ -190,9 +211,9 @@ class ServingApp:
         headers = dict(scope["headers"])
 
         async def fail(
-            status: int, message: str, _exc: MlflowException | None = None, close: bool = False
+            status: int, message: str, _exc: MlflowException | None = None, unread: bool = False
         ) -> None:
-            await respond(send, status, oip.error_body(message), extra=CLOSE if close else None)
+            await self._refuse(send, receive, status, oip.error_body(message), unread)
 
         given = headers.get(b"inference-header-content-length")
         if given is not None and not given.strip().isdigit():
@@ -214,6 +235,20 @@ class ServingApp:
             extra = [(b"inference-header-content-length", str(json_length).encode())]
             await respond(send, 200, body, BINARY, extra)
 
+    async def _refuse(
+        self, send: Send, receive: Receive, status: int, body: bytes, unread: bool
+    ) -> None:
+        """A refusal; ``unread``: the body was not read whole, so the answer closes the
+        connection and the rest of the body is drained first (``asgi.refuse``)."""
+        if not unread:
+            await respond(send, status, body)
+            return
+        linger = self.linger
+        if linger.max_bytes < 0:  # the default: twice the largest body taken
+            limit = 2 * self.predictor.max_body if self.predictor is not None else 0
+            linger = Linger(limit, linger.time_s, linger.timeout_s)
+        await refuse(send, receive, status, body, linger)
+
     async def _queue(
         self,
         headers: dict[bytes, bytes],
@@ -232,35 +267,38 @@ class ServingApp:
         )
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > predictor.max_body):
-            await fail(413, too_large, close=True)
+            await fail(413, too_large, unread=True)
             return None
         batcher.arrive()
+        received = Received()
+        refusal: tuple[Any, ...] | None = None  # fail's arguments, answered once let go
         queued = False
         try:
-            body = await read_body(receive, predictor.max_body, predictor.bounds(), json_length)
+            body = await read_body(
+                receive, predictor.max_body, predictor.bounds(), json_length, received
+            )
             if body is None:
-                await fail(413, too_large, close=True)
-                return None
-            images, finish = await parse(body)
-            pending = batcher.enqueue(images, finish)
-            queued = True
+                refusal = (413, too_large, None, not received.ended)
+            else:
+                images, finish = await parse(body)
+                pending = batcher.enqueue(images, finish)
+                queued = True
         except MlflowException as exc:
-            await fail(exc.get_http_status_code(), exc.message, exc)
-            return None
+            refusal = (exc.get_http_status_code(), exc.message, exc)
         except RequestTooLarge as exc:
-            await fail(413, str(exc))
-            return None
-        except BodyRefused as exc:  # the rest of the body unread: no use receiving it
-            await fail(exc.status, str(exc), close=True)
-            return None
+            refusal = (413, str(exc))
+        except BodyRefused as exc:  # refused within a chunk: the rest may be on its way
+            refusal = (exc.status, str(exc), None, not received.ended)
         except oip.OipError as exc:
-            await fail(exc.status, str(exc))
-            return None
+            refusal = (exc.status, str(exc))
         except ConnectionError:  # the client left before its body arrived: no one to answer
             return None
         finally:
-            if not queued:
+            if not queued:  # before any answer: no batch waits for a refusal's drain
                 batcher.left()
+        if refusal is not None:
+            await fail(*refusal)
+            return None
         try:
             return await pending
         except oip.OipError as exc:  # an output the request named that the model lacks

@@ -36,6 +36,7 @@ import uvicorn
 from steps.common.config import PipelineConfig, load_config
 from steps.common.step_cli import add_common, run_main
 from steps.serve.app import ServingApp
+from steps.serve.asgi import Linger
 from steps.serve.batcher import Batcher
 from steps.serve.predictor import Predictor
 
@@ -197,7 +198,11 @@ def serve(args: argparse.Namespace) -> ServeResult:
         oip = OIP_CURL.format(header=header, length=len(header), url=url, name=identity.name)
         print(f"or, Open Inference Protocol: {oip}", flush=True)
         print(f"model: {what}; GET {url}/v2/models/{identity.name} says so", flush=True)
-        app = ServingApp(identity.name, identity.version)
+        serving = cfg.serving
+        # A refused body's rest drained (steps.serve.asgi.refuse); -1: the body bound
+        limit = -1 if serving.linger_max_bytes is None else serving.linger_max_bytes
+        linger = Linger(limit, serving.linger_time_s, serving.linger_timeout_s)
+        app = ServingApp(identity.name, identity.version, linger)
         config = uvicorn.Config(
             app,
             lifespan="off",

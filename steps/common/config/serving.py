@@ -43,6 +43,28 @@ class ServingConfig(Section):
     max_request_images: int = Field(
         1024, ge=1, description="images one request may carry; more is refused (413)"
     )
+    linger_max_bytes: int | None = Field(
+        None,
+        ge=0,
+        description="after a refusal answered before its body was read whole (413, a "
+        "hostile body), the bytes of that body the server still reads and drops so the "
+        "client, still sending, reads the answer instead of a connection reset (as nginx's "
+        "lingering close); null: twice the largest body it takes (serving."
+        "max_request_images images as JSON), so a client that sends a body up to that size "
+        "whole before it reads still reads the refusal; 0: close at once",
+    )
+    linger_time_s: float = Field(
+        30.0,
+        ge=0,
+        description="how long in all the server reads and drops a refused body's rest before "
+        "it closes the connection (nginx's lingering_time)",
+    )
+    linger_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="how long the server waits for more of a refused body's bytes before it "
+        "closes the connection (nginx's lingering_timeout)",
+    )
     check_concurrency: list[int] = Field(
         default_factory=lambda: [1, 8], description="concurrent clients the live check uses"
     )

@@ -1,3 +1,4 @@
-"""Serving: runners of the portable (ONNX Runtime, OpenVINO) variants, a per-batch-size
-dispatcher, and the MLflow pyfunc model. ``runners`` imports only numpy and the runtimes,
-so the pyfunc ships it by ``code_paths`` without torch or the ``steps`` package."""
+"""Serving: runners of the portable (ONNX Runtime, OpenVINO) and torch variants, a
+per-batch-size dispatcher, and the MLflow pyfunc model. ``runners`` imports only numpy and
+the runtimes, ``torch_runners`` torch (only for a torch variant), so the pyfunc ships them
+by ``code_paths`` without the ``steps`` package."""

@@ -1,8 +1,10 @@
-"""The served champion: an MLflow pyfunc (models-from-code) over the portable variants.
+"""The served champion: an MLflow pyfunc (models-from-code) over the variants it runs.
 
 Logged by ``steps.benchmark.registered_model`` with this file as the model's code and
-``runners.py`` and ``strict_input.py`` beside it in ``code_paths``; ``mlflow models serve``
-executes it with only numpy, pandas, mlflow and the runtimes (no torch, no ``steps``).
+``runners.py``, ``torch_runners.py`` and ``strict_input.py`` beside it in ``code_paths``;
+``mlflow models serve`` executes it with only numpy, pandas, mlflow and the runtimes its
+variants need (no ``steps``; torch only for a torch variant: eager, TorchScript,
+torch.export, AOTInductor, TensorRT). Whatever the variant, the input is the same:
 ``predict`` takes uint8 ``N x 32 x 32 x 3`` RGB images as staged, normalises them inside,
 runs each request on the variant measured fastest at its batch size, and returns per image
 the class index, its name and the ten probabilities (``predict_columns``: the same as
@@ -43,11 +45,18 @@ class CifarClassifier(mlflow.pyfunc.PythonModel):
         self.classes = list(meta["classes"])
         self.mean, self.std = meta["mean"], meta["std"]
         # Each runner takes the pixels as they come and normalises them itself (OpenVINO
-        # inside its compiled graph, off the calling thread).
+        # inside its compiled graph, off the calling thread; a torch variant on its device).
         pixels = (self.mean, self.std)
+        batch_range = meta.get("batch_range", {"min": 1, "max": 1 << 30})
         loaded = {
             name: runners.load_runner(
-                v["kind"], folder / v["file"], v["details"], meta["threads"], pixels
+                v["kind"],
+                folder / v["file"],
+                v["details"],
+                meta["threads"],
+                pixels,
+                precision=v["precision"],
+                batch_range=(int(batch_range["min"]), int(batch_range["max"])),
             )
             for name, v in meta["variants"].items()
         }

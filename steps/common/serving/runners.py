@@ -6,7 +6,8 @@ pyfunc's ``code_paths`` alone. Runners take float32 ``N x 3 x 32 x 32`` already 
 (the variants' input contract) and return float32 logits ``N x classes``; given ``pixels``
 (the training mean and std), ``load_runner`` returns one that takes the served uint8
 ``N x 32 x 32 x 3`` images instead, OpenVINO's with the normalisation compiled into its
-graph.
+graph. A torch variant (``TORCH_KINDS``) is loaded by ``torch_runners`` beside this file,
+imported only then: torch is needed only where the served model runs one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import numpy as np
 ArrayRunner = Callable[[np.ndarray], np.ndarray]
 # The training mean and std per channel: a runner given them takes uint8 RGB pixels.
 Pixels = tuple[Sequence[float], Sequence[float]]
+PORTABLE_KINDS = ("onnx", "openvino")
+TORCH_KINDS = ("eager", "torchscript", "export", "aoti", "tensorrt")  # torch_runners'
 
 
 class RuntimeMissing(ImportError):
@@ -136,10 +139,22 @@ def pixel_input(ov: Any, model: Any, mean: Sequence[float], std: Sequence[float]
 
 
 def load_runner(
-    kind: str, path: Path, details: dict[str, Any], threads: int, pixels: Pixels | None = None
+    kind: str,
+    path: Path,
+    details: dict[str, Any],
+    threads: int,
+    pixels: Pixels | None = None,
+    precision: str = "fp32",
+    batch_range: tuple[int, int] = (1, 1 << 30),
 ) -> ArrayRunner:
     """A portable variant's file (``kind`` onnx or openvino) as a numpy callable; with
-    ``pixels`` (mean, std) it takes uint8 ``N x 32 x 32 x 3`` images, not normalised floats."""
+    ``pixels`` (mean, std) it takes uint8 ``N x 32 x 32 x 3`` images, not normalised floats.
+    A torch variant (``TORCH_KINDS``) needs ``pixels``: it is served only so, by
+    ``torch_runners.TorchRunner`` in ``precision`` within ``batch_range`` (min, max)."""
+    if kind in TORCH_KINDS:
+        if pixels is None:
+            raise ValueError(f"a {kind} variant is served from uint8 pixels: pass pixels")
+        return _torch_runners().TorchRunner(kind, path, details, precision, pixels, batch_range)
     if kind == "onnx":
         ort = OrtRunner(path, threads, details.get("providers", ()))
         if pixels is None:
@@ -147,7 +162,28 @@ def load_runner(
         return lambda images: ort(normalise_uint8(images, *pixels))
     if kind == "openvino":
         return OpenVinoRunner(path, threads, int(details.get("throughput_batch", 64)), pixels)
-    raise ValueError(f"unknown portable variant kind {kind!r}")
+    raise ValueError(
+        f"unknown variant kind {kind!r}; expected one of {PORTABLE_KINDS + TORCH_KINDS}"
+    )
+
+
+def _torch_runners() -> Any:
+    """``torch_runners``, beside this file: a module of the ``steps`` package here, a
+    top-level one of the pyfunc's ``code_paths`` where MLflow loads the served model.
+    RuntimeMissing where torch is not installed (the cifar-serve image has none)."""
+    try:
+        if __package__:
+            from . import torch_runners
+        else:
+            import torch_runners
+    except ImportError as exc:
+        if exc.name != "torch" and not str(exc.name or "").startswith("torch."):
+            raise
+        raise RuntimeMissing(
+            "torch is not installed: this champion runs a torch variant, which the "
+            "cifar-optimize image serves (the one that built it), not cifar-serve"
+        ) from None
+    return torch_runners
 
 
 class Dispatcher:

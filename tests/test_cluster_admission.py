@@ -1,0 +1,372 @@
+"""The install's ValidatingAdmissionPolicy (configs/cluster/pipeline/admission-policy.yaml,
+issue 38 item 5) evaluated with a maintained CEL implementation, cel-python (``celpy``),
+as the API server evaluates it (kubernetes docs, Validating Admission Policy): the
+matchConditions first (all must hold, else the policy does not apply), then every
+validation; a validation that is false, or that errors, refuses the object with its
+message (failurePolicy: Fail). The variables the API server gives: ``object``,
+``oldObject``, ``request`` and ``params`` (the bound ConfigMap).
+
+Every rendered job and InferenceService of every config (and its RDMA and host-network
+variants) is admitted with the parameters of its config; hostile variants are refused,
+each with its message. Only the API server proves the policy on a cluster: its type
+checking (status.typeChecking) and its CEL cost limits are not run here.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from functools import cache
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+
+from flows import cifar
+from flows.manifests import inferenceservice as isvc
+from flows.manifests.pod import config_args
+from steps.common.config import PipelineConfig, load_config
+from tests.conftest import REPO_ROOT
+from tests.flow_helpers import job_of
+
+PIPELINE = REPO_ROOT / "configs" / "cluster" / "pipeline"
+ACCOUNT = "system:serviceaccount:argo:cifar-pipeline"  # pipeline/rbac.yaml, in argo
+# The functions and macros the expressions may call: standard CEL, in Kubernetes' CEL
+# environment (apiserver/pkg/cel/environment base_env.go: the standard library) and in
+# cel-python's (celpy/evaluation.py base_functions and macros).
+CEL_CALLS = {"has", "all", "startsWith"}
+VARIANTS = [
+    ("local", []),
+    ("smoke", []),
+    ("cluster", []),
+    ("kind", []),
+    ("cluster", ["cluster.rdma=true"]),
+    ("cluster", ["cluster.rdma=true", "cluster.rdma_memlock=node"]),
+    ("cluster", ["cluster.host_network=true"]),
+    ("cluster", ["cluster.rdma=true", "cluster.host_network=true"]),
+]
+
+
+@cache
+def policy() -> tuple[dict[str, Any], dict[str, Any]]:
+    docs = list(yaml.safe_load_all((PIPELINE / "admission-policy.yaml").read_text()))
+    (vap,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    return vap, binding
+
+
+@cache
+def program(expression: str) -> Any:
+    env = celpy.Environment()
+    return env.program(env.compile(expression))
+
+
+def evaluate(expression: str, activation: dict[str, Any]) -> Any:
+    return program(expression).evaluate({k: celpy.json_to_cel(v) for k, v in activation.items()})
+
+
+def params_of(cfg: PipelineConfig) -> dict[str, Any]:
+    """The parameters admission-params.yaml documents, from a config."""
+    c = cfg.cluster
+    data = {
+        "registry": cfg.images.registry,
+        "rdmaRoot": str(c.rdma and c.rdma_memlock == "root").lower(),
+        "hostNetwork": str(c.host_network).lower(),
+        "trainingRuntime": c.trainer_runtime,
+    }
+    return {"apiVersion": "v1", "kind": "ConfigMap", "data": data}
+
+
+def refusals(obj: dict[str, Any], params: dict[str, Any], user: str = ACCOUNT) -> list[str]:
+    """The messages the policy refuses ``obj`` with (empty: admitted)."""
+    vap, _ = policy()
+    activation = {
+        "object": obj,
+        "oldObject": None,
+        "request": {"operation": "CREATE", "userInfo": {"username": user}},
+        "params": params,
+    }
+    for condition in vap["spec"]["matchConditions"]:
+        if not evaluate(condition["expression"], activation):
+            return []
+    found = []
+    for validation in vap["spec"]["validations"]:
+        try:
+            ok = bool(evaluate(validation["expression"], activation))
+        except celpy.CELEvalError as exc:  # failurePolicy: Fail
+            ok, validation = False, {**validation, "message": f"error: {exc}"}
+        if not ok:
+            found.append(validation["message"])
+    return found
+
+
+def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    template = cifar.build_template(cfg).to_dict()
+    nodes = {"nodes": "2"} if cfg.train.launcher == "pytorchjob" else {}
+    service = isvc.build_inferenceservice(
+        cfg, model_uri="models:/m/1", labels={}, settings=config_args(cfg)
+    )
+    return [job_of(template, **nodes), job_of(template), service]
+
+
+CASES = [
+    pytest.param(
+        name, [f"train.launcher={launcher}", *sets], id=f"{name}-{launcher}-{'-'.join(sets)}"
+    )
+    for name, sets in VARIANTS
+    for launcher in ("pytorchjob", "trainjob")
+]
+
+
+@pytest.mark.parametrize(("name", "sets"), CASES)
+def test_every_rendered_job_and_service_is_admitted(name: str, sets: list[str]) -> None:
+    cfg = load_config(REPO_ROOT / "configs" / f"{name}.yaml", sets)
+    for obj in rendered(cfg):
+        assert refusals(obj, params_of(cfg)) == [], obj["kind"]
+
+
+@pytest.mark.parametrize("name", ["cluster", "kind"])
+def test_the_installed_parameters_are_the_configs(name: str) -> None:
+    installed = yaml.safe_load((PIPELINE / "admission-params.yaml").read_text())
+    cfg = load_config(REPO_ROOT / "configs" / f"{name}.yaml")
+    assert installed["data"] == params_of(cfg)["data"]
+    _, binding = policy()
+    ref = binding["spec"]["paramRef"]
+    assert (ref["name"], ref["namespace"]) == (installed["metadata"]["name"], "argo")
+    assert ref["parameterNotFoundAction"] == "Deny"
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_the_policy_watches_what_the_workflows_account_creates() -> None:
+    vap, binding = policy()
+    assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+    assert vap["spec"]["failurePolicy"] == "Fail"
+    rules = {
+        (r["apiGroups"][0], r["resources"][0])
+        for r in vap["spec"]["matchConstraints"]["resourceRules"]
+    }
+    assert rules == {
+        ("kubeflow.org", "pytorchjobs"),
+        ("trainer.kubeflow.org", "trainjobs"),
+        ("serving.kserve.io", "inferenceservices"),
+    }
+    for rule in vap["spec"]["matchConstraints"]["resourceRules"]:
+        assert set(rule["operations"]) == {"CREATE", "UPDATE"}
+    rbac = list(yaml.safe_load_all((PIPELINE / "rbac.yaml").read_text()))
+    (account,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
+    assert ACCOUNT.endswith(f":{account['metadata']['name']}")
+    # another account (an administrator, a controller) is not this policy's concern
+    cfg = load_config(REPO_ROOT / "configs" / "cluster.yaml")
+    job = privileged(rendered(cfg)[0])
+    assert refusals(job, params_of(cfg), user="system:serviceaccount:argo:someone") == []
+    assert refusals(job, params_of(cfg)) != []
+
+
+def test_the_expressions_call_only_functions_both_cel_environments_have() -> None:
+    vap, _ = policy()
+    expressions = [v["expression"] for v in vap["spec"]["validations"]]
+    expressions += [c["expression"] for c in vap["spec"]["matchConditions"]]
+    calls = {name for e in expressions for name in re.findall(r"([A-Za-z_]\w*)\(", e)}
+    assert calls == CEL_CALLS
+
+
+# --- hostile variants -----------------------------------------------------------------
+
+
+def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if obj["kind"] == "PyTorchJob":
+        return [r["template"]["spec"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
+    if obj["kind"] == "InferenceService":
+        return [obj["spec"]["predictor"]]
+    patch = obj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    return [
+        j["template"]["spec"]["template"].setdefault("spec", {}) for j in patch["replicatedJobs"]
+    ]
+
+
+def changed(obj: dict[str, Any], change) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    change(pod_specs(obj)[-1])
+    return obj
+
+
+def privileged(obj: dict[str, Any]) -> dict[str, Any]:
+    def change(spec: dict[str, Any]) -> None:
+        spec.setdefault("containers", [{"name": "node"}])[0].setdefault("securityContext", {})[
+            "privileged"
+        ] = True
+
+    return changed(obj, change)
+
+
+def _container(spec: dict[str, Any]) -> dict[str, Any]:
+    return spec.setdefault("containers", [{"name": "node"}])[0]
+
+
+HOSTILE = {
+    "another service account": (
+        lambda s: s.update(serviceAccountName="argo-server"),
+        "may run only as the namespace's default service account",
+    ),
+    "the workflow's account": (
+        lambda s: s.update(serviceAccountName="cifar-pipeline"),
+        "may run only as the namespace's default service account",
+    ),
+    "hostPath": (
+        lambda s: s.setdefault("volumes", []).append({"name": "h", "hostPath": {"path": "/"}}),
+        "no hostPath volume",
+    ),
+    "privileged": (
+        lambda s: _container(s).setdefault("securityContext", {}).update(privileged=True),
+        "no privileged container",
+    ),
+    "privilege escalation": (
+        lambda s: (
+            _container(s).setdefault("securityContext", {}).update(allowPrivilegeEscalation=True)
+        ),
+        "no container may allow privilege escalation",
+    ),
+    "a foreign image": (
+        lambda s: _container(s).update(image="docker.io/evil/miner:1"),
+        "every container image must be under the configured registry",
+    ),
+    "a look-alike registry": (
+        lambda s: _container(s).update(image="ghcr.io/cifar-pipeline.evil.io/cifar-train:1"),
+        "every container image must be under the configured registry",
+    ),
+    "a foreign init container": (
+        lambda s: s.setdefault("initContainers", []).append({"name": "i", "image": "busybox"}),
+        "every container image must be under the configured registry",
+    ),
+    "hostPID": (lambda s: s.update(hostPID=True), "no hostPID or hostIPC"),
+    "hostIPC": (lambda s: s.update(hostIPC=True), "no hostPID or hostIPC"),
+    "hostNetwork": (lambda s: s.update(hostNetwork=True), "hostNetwork only for the training"),
+    "an added capability": (
+        lambda s: (
+            _container(s)
+            .setdefault("securityContext", {})
+            .update(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]})
+        ),
+        "no added capability but IPC_LOCK",
+    ),
+    "root": (
+        lambda s: (
+            _container(s).setdefault("securityContext", {}).update(runAsUser=0, runAsNonRoot=False)
+        ),
+        "no container runs as root",
+    ),
+    "a root pod": (
+        lambda s: s.setdefault("securityContext", {}).update(runAsUser=0),
+        "no container runs as root",
+    ),
+    "a token": (
+        lambda s: s.update(automountServiceAccountToken=True),
+        "automountServiceAccountToken: false",
+    ),
+}
+# fields a TrainJob's runtime patch cannot carry (Trainer v2.3.0 PodSpecPatch: no image
+# of its containers, no host namespaces, no token setting): the TrainJob's own checks below
+NOT_IN_TRAINJOB_PATCH = {
+    "a foreign image",
+    "a look-alike registry",
+    "hostPID",
+    "hostIPC",
+    "hostNetwork",
+    "a token",
+}
+
+
+def hostile_cases():
+    for kind in ("PyTorchJob", "TrainJob", "InferenceService"):
+        for what in HOSTILE:
+            if kind == "TrainJob" and what in NOT_IN_TRAINJOB_PATCH:
+                continue
+            yield pytest.param(kind, what, id=f"{kind}-{what}")
+
+
+def base(kind: str, *sets: str) -> tuple[PipelineConfig, dict[str, Any]]:
+    launcher = "trainjob" if kind == "TrainJob" else "pytorchjob"
+    cfg = load_config(REPO_ROOT / "configs" / "cluster.yaml", [f"train.launcher={launcher}", *sets])
+    (multi, _, service) = rendered(cfg)
+    return cfg, service if kind == "InferenceService" else multi
+
+
+@pytest.mark.parametrize(("kind", "what"), hostile_cases())
+def test_a_hostile_object_is_refused_with_its_message(kind: str, what: str) -> None:
+    cfg, obj = base(kind)
+    change, message = HOSTILE[what]
+    found = refusals(changed(obj, change), params_of(cfg))
+    assert found and all(message in m for m in found), found
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "TrainJob"])
+def test_rdma_and_host_network_open_exactly_their_fields(kind: str) -> None:
+    """With rdmaRoot the training container may be root with IPC_LOCK, nothing more; with
+    hostNetwork the training pods may use the node's network; the predictor neither."""
+    cfg, obj = base(kind, "cluster.rdma=true", "cluster.host_network=true")
+    params = params_of(cfg)
+    assert params["data"]["rdmaRoot"] == "true" and params["data"]["hostNetwork"] == "true"
+    assert refusals(obj, params) == []
+    for what in ("an added capability", "privileged", "hostPath", "another service account"):
+        assert refusals(changed(obj, HOSTILE[what][0]), params), what
+    ipc = changed(
+        obj,
+        lambda s: (
+            _container(s)
+            .setdefault("securityContext", {})
+            .update(
+                capabilities={"drop": ["ALL"], "add": ["IPC_LOCK"]}, runAsUser=0, runAsNonRoot=False
+            )
+        ),
+    )
+    assert refusals(ipc, params) == []
+    without = params_of(load_config(REPO_ROOT / "configs" / "cluster.yaml"))
+    assert any("IPC_LOCK" in m for m in refusals(ipc, without))
+    (_, _, service) = rendered(cfg)
+    for what in ("hostNetwork", "root", "an added capability"):
+        assert refusals(changed(service, HOSTILE[what][0]), params), what
+    assert refusals(
+        changed(
+            service,
+            lambda s: (
+                _container(s)
+                .setdefault("securityContext", {})
+                .update(capabilities={"drop": ["ALL"], "add": ["IPC_LOCK"]})
+            ),
+        ),
+        params,
+    )
+
+
+def test_a_trainjob_runs_on_the_pipelines_runtime_and_registry() -> None:
+    cfg, job = base("TrainJob")
+    params = params_of(cfg)
+    other = copy.deepcopy(job)
+    other["spec"]["runtimeRef"]["name"] = "torch-distributed"  # Trainer's own, its image
+    image = copy.deepcopy(job)
+    image["spec"]["trainer"]["image"] = "docker.io/pytorch/pytorch:2.9.1"
+    for obj in (other, image):
+        (message,) = refusals(obj, params)
+        assert "pipeline's ClusterTrainingRuntime" in message
+
+
+@pytest.mark.parametrize("field", ["model", "transformer", "explainer", "workerSpec", "sklearn"])
+def test_a_service_is_a_predictor_of_its_own_containers(field: str) -> None:
+    cfg, service = base("InferenceService")
+    service = copy.deepcopy(service)
+    where = (
+        service["spec"] if field in ("transformer", "explainer") else service["spec"]["predictor"]
+    )
+    where[field] = {"storageUri": "s3://x"} if field != "transformer" else {"containers": []}
+    (message,) = refusals(service, params_of(cfg))
+    assert "predictor of its own containers" in message
+
+
+def test_a_missing_field_errs_and_refuses() -> None:
+    """An expression that reads an absent field errs: failurePolicy Fail refuses."""
+    cfg, job = base("TrainJob")
+    job = copy.deepcopy(job)
+    del job["spec"]["runtimeRef"]
+    found = refusals(job, params_of(cfg))
+    assert found and all(m.startswith("error") for m in found)

@@ -1,10 +1,13 @@
 """The install's ValidatingAdmissionPolicy (configs/cluster/pipeline/admission-policy.yaml,
 issue 38 item 5) evaluated with a maintained CEL implementation, cel-python (``celpy``),
-as the API server evaluates it (kubernetes docs, Validating Admission Policy): the
-matchConditions first (all must hold, else the policy does not apply), then every
-validation; a validation that is false, or that errors, refuses the object with its
-message (failurePolicy: Fail). The variables the API server gives: ``object``,
-``oldObject``, ``request`` and ``params`` (the bound ConfigMap).
+as the API server evaluates it (kubernetes/website content/en/docs/reference/
+access-authn-authz/validating-admission-policy.md): the matchConditions first (all must
+hold, else the policy does not apply), then every validation; a validation that is false,
+or that errors, refuses the object with its message (failurePolicy: Fail). The names the
+API server gives: ``object``, ``oldObject``, ``request``, ``params`` (the bound ConfigMap)
+and ``variables``, whose members are the policy's spec.variables as "Variable composition"
+defines them: each evaluated when an expression first refers to it, once, its error being
+the referring expression's error, and each seeing only the variables before it.
 
 Every rendered job and InferenceService of every config (and its RDMA and host-network
 variants) is admitted with the parameters of its config; hostile variants are refused,
@@ -20,6 +23,7 @@ from functools import cache
 from typing import Any
 
 import celpy
+import celpy.evaluation
 import pytest
 import yaml
 
@@ -32,10 +36,14 @@ from tests.flow_helpers import job_of
 
 PIPELINE = REPO_ROOT / "configs" / "cluster" / "pipeline"
 ACCOUNT = "system:serviceaccount:argo:cifar-pipeline"  # pipeline/rbac.yaml, in argo
-# The functions and macros the expressions may call: standard CEL, in Kubernetes' CEL
-# environment (apiserver/pkg/cel/environment base_env.go: the standard library) and in
-# cel-python's (celpy/evaluation.py base_functions and macros).
-CEL_CALLS = {"has", "all", "startsWith"}
+# The macros and functions the expressions may call (besides operators: in, +, ==, !, &&,
+# ||, ?:): standard CEL, in Kubernetes' CEL environment (apiserver/pkg/cel/environment
+# base.go builds on cel-go's standard library, common/stdlib, and its macros, parser/macro.go
+# AllMacros) and in cel-python's (celpy/evaluation.py: the macros of member_dot_arg,
+# base_functions). Neither optional types (a.?b), flatten, split nor join: cel-python lacks
+# them, and Kubernetes' CEL has no flatten.
+CEL_MACROS = {"has", "all", "map", "filter"}
+CEL_FUNCTIONS = {"size", "startsWith"}
 VARIANTS = [
     ("local", []),
     ("smoke", []),
@@ -62,18 +70,66 @@ def program(expression: str) -> Any:
     return env.program(env.compile(expression))
 
 
+class Variables(celpy.celtypes.MapType):
+    """``variables`` as the API server gives it: ``variables.x`` evaluates x's expression
+    when first read, once (its value or its error kept); an error is returned as CEL's
+    error value, so it is the error of the expression that reads it, and only where that
+    expression's result depends on it (``true || error`` is true). A variable sees only
+    the variables defined before it."""
+
+    def __init__(
+        self,
+        definitions: list[dict[str, str]],
+        activation: dict[str, Any],
+        memo: dict[str, Any] | None = None,
+        visible: int | None = None,
+    ) -> None:
+        super().__init__()
+        self._definitions = definitions
+        self._activation = activation
+        self._memo = {} if memo is None else memo
+        self._visible = len(definitions) if visible is None else visible
+
+    def __getitem__(self, name: Any) -> Any:
+        names = [d["name"] for d in self._definitions[: self._visible]]
+        if name not in names:
+            raise KeyError(name)  # celpy: "no such member", an error
+        if name not in self._memo:
+            at = names.index(name)
+            earlier = Variables(self._definitions, self._activation, self._memo, at)
+            try:
+                value = program(self._definitions[at]["expression"]).evaluate(
+                    {**self._activation, "variables": earlier}
+                )
+            except celpy.CELEvalError as exc:
+                value = exc
+            self._memo[name] = value
+        return self._memo[name]
+
+
+def activation_of(obj: dict[str, Any], params: dict[str, Any], user: str) -> dict[str, Any]:
+    request = {"operation": "CREATE", "userInfo": {"username": user}}
+    given = {"object": obj, "oldObject": None, "request": request, "params": params}
+    return {k: celpy.json_to_cel(v) for k, v in given.items()}
+
+
 def evaluate(expression: str, activation: dict[str, Any]) -> Any:
-    return program(expression).evaluate({k: celpy.json_to_cel(v) for k, v in activation.items()})
+    return program(expression).evaluate(activation)
 
 
-def params_of(cfg: PipelineConfig) -> dict[str, Any]:
-    """The parameters admission-params.yaml documents, from a config."""
+ALLOWED = "allowed"  # a params key serviceAccount.<name> allows <name>; its value is not read
+
+
+def params_of(cfg: PipelineConfig, accounts: tuple[str, ...] = ("default",)) -> dict[str, Any]:
+    """The parameters admission-params.yaml documents, from a config, allowing ``accounts``
+    (the install: the namespace's default account alone)."""
     c = cfg.cluster
     data = {
         "registry": cfg.images.registry,
         "rdmaRoot": str(c.rdma and c.rdma_memlock == "root").lower(),
         "hostNetwork": str(c.host_network).lower(),
         "trainingRuntime": c.trainer_runtime,
+        **{f"serviceAccount.{name}": ALLOWED for name in accounts},
     }
     return {"apiVersion": "v1", "kind": "ConfigMap", "data": data}
 
@@ -81,15 +137,11 @@ def params_of(cfg: PipelineConfig) -> dict[str, Any]:
 def refusals(obj: dict[str, Any], params: dict[str, Any], user: str = ACCOUNT) -> list[str]:
     """The messages the policy refuses ``obj`` with (empty: admitted)."""
     vap, _ = policy()
-    activation = {
-        "object": obj,
-        "oldObject": None,
-        "request": {"operation": "CREATE", "userInfo": {"username": user}},
-        "params": params,
-    }
+    activation = activation_of(obj, params, user)
     for condition in vap["spec"]["matchConditions"]:
         if not evaluate(condition["expression"], activation):
             return []
+    activation["variables"] = Variables(vap["spec"]["variables"], activation)
     found = []
     for validation in vap["spec"]["validations"]:
         try:
@@ -163,12 +215,21 @@ def test_the_policy_watches_what_the_workflows_account_creates() -> None:
     assert refusals(job, params_of(cfg)) != []
 
 
-def test_the_expressions_call_only_functions_both_cel_environments_have() -> None:
+def expressions() -> list[str]:
     vap, _ = policy()
-    expressions = [v["expression"] for v in vap["spec"]["validations"]]
-    expressions += [c["expression"] for c in vap["spec"]["matchConditions"]]
-    calls = {name for e in expressions for name in re.findall(r"([A-Za-z_]\w*)\(", e)}
-    assert calls == CEL_CALLS
+    spec = vap["spec"]
+    return [
+        x["expression"]
+        for part in ("matchConditions", "variables", "validations")
+        for x in spec[part]
+    ]
+
+
+def test_the_expressions_call_only_functions_both_cel_environments_have() -> None:
+    calls = {name for e in expressions() for name in re.findall(r"([A-Za-z_]\w*)\s*\(", e)}
+    assert calls == CEL_MACROS | CEL_FUNCTIONS
+    assert set(celpy.evaluation.base_functions) >= CEL_FUNCTIONS
+    assert not [e for e in expressions() if ".?" in e or "[?" in e]  # no optional types
 
 
 # --- hostile variants -----------------------------------------------------------------
@@ -207,11 +268,11 @@ def _container(spec: dict[str, Any]) -> dict[str, Any]:
 HOSTILE = {
     "another service account": (
         lambda s: s.update(serviceAccountName="argo-server"),
-        "may run only as the namespace's default service account",
+        "may run only as an allowed service account",
     ),
     "the workflow's account": (
         lambda s: s.update(serviceAccountName="cifar-pipeline"),
-        "may run only as the namespace's default service account",
+        "may run only as an allowed service account",
     ),
     "hostPath": (
         lambda s: s.setdefault("volumes", []).append({"name": "h", "hostPath": {"path": "/"}}),
@@ -370,3 +431,128 @@ def test_a_missing_field_errs_and_refuses() -> None:
     del job["spec"]["runtimeRef"]
     found = refusals(job, params_of(cfg))
     assert found and all(m.startswith("error") for m in found)
+
+
+# --- the allowed service accounts: a set in the parameters ------------------------------
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "TrainJob", "InferenceService"])
+def test_two_allowed_accounts_are_admitted_and_a_third_refused(kind: str) -> None:
+    """Allowing an account is one params line, serviceAccount.<name>; the pods may run as
+    any allowed one, and as no other."""
+    cfg, obj = base(kind)
+    params = params_of(cfg, accounts=("default", "s3-workload-identity"))
+    for name in ("default", "s3-workload-identity"):
+        named = changed(obj, lambda s, name=name: s.update(serviceAccountName=name))
+        assert refusals(named, params) == [], name
+    assert refusals(obj, params) == []  # no name: the default account
+    for name in ("argo-server", "cifar-pipeline", "another"):
+        named = changed(obj, lambda s, name=name: s.update(serviceAccountName=name))
+        (message,) = refusals(named, params)
+        assert "may run only as an allowed service account" in message, name
+    deprecated = changed(obj, lambda s: s.update(serviceAccount="argo-server"))
+    assert refusals(deprecated, params), "the deprecated serviceAccount field counts too"
+
+
+def test_the_default_account_is_allowed_only_by_its_key() -> None:
+    """A pod that names no account runs as the namespace's default: refused once the
+    params no longer list it."""
+    cfg, job = base("PyTorchJob")
+    params = params_of(cfg, accounts=("s3-workload-identity",))
+    (message,) = refusals(job, params)
+    assert "may run only as an allowed service account" in message
+    named = copy.deepcopy(job)
+    for spec in pod_specs(named):  # Master and Worker
+        spec["serviceAccountName"] = "s3-workload-identity"
+    assert refusals(named, params) == []
+
+
+def test_a_trainjob_with_a_second_runtime_patch_is_refused() -> None:
+    """Only the first patch's pod specs are read (Kubernetes' CEL cannot flatten a list of
+    lists): a second patch is refused outright, whatever it carries."""
+    cfg, job = base("TrainJob")
+    job = copy.deepcopy(job)
+    second = copy.deepcopy(job["spec"]["runtimePatches"][0])
+    second["manager"] = "someone-else"
+    spec = second["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    spec["template"]["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "h", "hostPath": {"path": "/"}}
+    ]
+    job["spec"]["runtimePatches"].append(second)
+    (message,) = refusals(job, params_of(cfg))
+    assert "one runtime patch" in message
+
+
+# --- the variables, as the API server composes them --------------------------------------
+
+
+def referred(expression: str) -> set[str]:
+    return set(re.findall(r"\bvariables\.(\w+)", expression))
+
+
+def test_each_variable_refers_only_to_variables_before_it() -> None:
+    vap, _ = policy()
+    seen: set[str] = set()
+    for variable in vap["spec"]["variables"]:
+        assert referred(variable["expression"]) <= seen, variable["name"]
+        seen.add(variable["name"])
+    for validation in vap["spec"]["validations"]:
+        assert referred(validation["expression"]) <= seen
+
+
+def test_the_evaluator_shows_a_variable_only_those_before_it() -> None:
+    definitions = [
+        {"name": "early", "expression": "variables.late + 1"},
+        {"name": "late", "expression": "1"},
+    ]
+    activation: dict[str, Any] = {}
+    variables = Variables(definitions, activation)
+    activation["variables"] = variables
+    assert evaluate("variables.late", activation) == 1
+    assert isinstance(variables["early"], celpy.CELEvalError)
+
+
+def test_no_validation_walks_the_pod_specs_itself() -> None:
+    """Where each kind keeps its pod specs and containers is said once, in the variables;
+    the rules read variables.podSpecs, variables.containers or what is made of them. Only
+    the rules on a kind's own fields (a TrainJob's runtime and patches, a predictor's
+    runtimes) read object.spec."""
+    vap, _ = policy()
+    walks = re.compile(
+        r"pytorchReplicaSpecs|replicatedJobs|(?<!variables)\.containers|initContainers"
+        r"|securityContext|\.predictor\.volumes"
+    )
+    validations = vap["spec"]["validations"]
+    for validation in validations:
+        assert not walks.search(validation["expression"]), validation["message"]
+    readers = [v for v in validations if referred(v["expression"])]
+    kinds_own = [v for v in validations if "object.spec" in v["expression"]]
+    assert len(readers) == 10 and len(kinds_own) == 3
+    assert not [v for v in validations if v in readers and v in kinds_own]
+
+
+def depends_on(name: str) -> set[str]:
+    """The variables that read ``name``, directly or through others, and ``name``."""
+    vap, _ = policy()
+    found = {name}
+    for variable in vap["spec"]["variables"]:
+        if referred(variable["expression"]) & found:
+            found.add(variable["name"])
+    return found
+
+
+def test_a_variables_error_is_the_error_of_each_validation_that_reads_it() -> None:
+    """A replica without a pod spec: podSpecs errs, and so does every validation that
+    reads it (or a variable made of it), each refusing; the others still hold."""
+    cfg, job = base("PyTorchJob")
+    job = copy.deepcopy(job)
+    del job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    vap, _ = policy()
+    readers = [
+        v["message"]
+        for v in vap["spec"]["validations"]
+        if referred(v["expression"]) & depends_on("podSpecs")
+    ]
+    found = refusals(job, params_of(cfg))
+    assert len(found) == len(readers) >= 8
+    assert all(m.startswith("error") and "spec" in m for m in found), found

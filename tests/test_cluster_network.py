@@ -14,9 +14,16 @@ them.
 from __future__ import annotations
 
 import copy
+import itertools
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build
@@ -194,8 +201,16 @@ def builds() -> dict[str, tuple[dict[str, Any], ...]]:
     return found
 
 
-def install(builds: dict, *, ipblocks_match_pods: bool = False) -> Cluster:
+def install(
+    builds: dict, *, ipblocks_match_pods: bool = False, pipeline: list | None = None
+) -> Cluster:
+    """The built install; ``pipeline``: the pipeline layer's objects built otherwise (a
+    setting edited), in place of the built ones."""
     docs = [d for docs in builds.values() for d in docs]
+    if pipeline is not None:
+        replaced = {cluster_build.key_of(d): d for d in pipeline}
+        assert replaced.keys() <= {cluster_build.key_of(d) for d in docs}
+        docs = [replaced.get(cluster_build.key_of(d), d) for d in docs]
     namespaces = {
         d["metadata"]["name"]: d["metadata"].get("labels") or {}
         for d in docs
@@ -358,10 +373,94 @@ def test_host_network_ranks_need_their_nodes_admitted(builds) -> None:
 
 
 def test_every_configs_serving_port_is_the_policies(builds) -> None:
-    """The predictor's and serve-check's policies name port 8080: serving.port of every
-    config (a config that changes it changes pipeline/networkpolicies.yaml too)."""
+    """The predictor's, its clients' and serve-check's policies name port 8080: serving.port
+    of every config (a config that changes it changes pipeline/networkpolicies.yaml and
+    predictor-clients.yaml too)."""
     for path in sorted((REPO_ROOT / "configs").glob("*.yaml")):
         assert load_config(path).serving.port == 8080, path.name
     docs = [d for docs in builds.values() for d in docs if d["kind"] == "NetworkPolicy"]
-    (predictor,) = [d for d in docs if d["metadata"]["name"] == "predictor"]
-    assert predictor["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    for name in ("predictor", "predictor-clients"):
+        (policy,) = [d for d in docs if d["metadata"]["name"] == name]
+        assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    (check,) = [d for d in docs if d["metadata"]["name"] == "serve-check-to-predictor"]
+    assert check["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 8080}]
+
+
+# --- the predictor's clients: a setting -----------------------------------------------------
+
+PREDICTOR_CLIENTS = cluster_build.CLUSTER / "pipeline" / "predictor-clients.yaml"
+
+
+def documented_narrowing() -> list[dict[str, Any]]:
+    """The narrowed ``from`` the setting's own comment gives (its indented example)."""
+    lines = PREDICTOR_CLIENTS.read_text().split("Narrowed", 1)[1].splitlines()
+    example = itertools.takewhile(
+        lambda line: line.startswith("#   "),
+        itertools.dropwhile(lambda line: not line.startswith("#   "), lines),
+    )
+    return yaml.safe_load("\n".join(line[4:] for line in example))["from"]
+
+
+def pipeline_with_setting(edit: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """configs/cluster/pipeline built by kustomize, as a user applies it after editing
+    predictor-clients.yaml (``edit`` changes the NetworkPolicy's spec)."""
+    setting = yaml.safe_load(PREDICTOR_CLIENTS.read_text())
+    edit(setting["spec"])
+    with tempfile.TemporaryDirectory() as tmp:
+        layer = Path(tmp) / "pipeline"
+        shutil.copytree(PREDICTOR_CLIENTS.parent, layer)
+        (layer / PREDICTOR_CLIENTS.name).write_text(yaml.safe_dump(setting))
+        done = subprocess.run(
+            [cluster_build.kubectl(), "kustomize", str(layer)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def narrowed(spec: dict[str, Any]) -> None:
+    spec["ingress"][0]["from"] = documented_narrowing()
+
+
+SETTINGS = {  # name: (edit, who may call the predictor besides serve-check)
+    # the cluster: every pod of every namespace (an address outside the pods is not one)
+    "default": (lambda spec: None, {"intruder", "my-app", "ingress-nginx"}),
+    "narrowed": (narrowed, {"my-app", "ingress-nginx", "load-balancer"}),
+    "serve-check alone": (lambda spec: spec.update(ingress=[]), set()),
+    # the trap the setting's comment warns of: an empty from admits every source
+    "empty from": (
+        lambda spec: spec["ingress"][0].update({"from": []}),
+        {"intruder", "my-app", "ingress-nginx", "load-balancer"},
+    ),
+}
+CLIENTS = {
+    "intruder": Pod("intruder", "client", {"app": "client"}, ip="10.244.7.7"),
+    "my-app": Pod("my-app", "client", {"app": "client"}, ip="10.244.8.8"),
+    "ingress-nginx": Pod("ingress-nginx", "controller", {"app": "nginx"}, ip="10.244.9.1"),
+    "load-balancer": "192.0.2.10",
+}
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_the_predictors_clients_are_the_settings(builds, setting: str) -> None:
+    """predictor-clients.yaml as committed admits every namespace on serving.port; its
+    documented narrowing refuses a pod of another namespace there and admits the named
+    ones; serve-check reaches the predictor under every setting, and no setting opens
+    another port. Pod addresses inside ipBlocks or not: the answers hold either way."""
+    edit, admitted = SETTINGS[setting]
+    cfg = load_config(REPO_ROOT / "configs" / "cluster.yaml")
+    pods = run_pods(cfg)
+    predictor, port = pods["predictor"], cfg.serving.port
+    for ipblocks_match_pods in (False, True):
+        cluster = install(
+            builds, ipblocks_match_pods=ipblocks_match_pods, pipeline=pipeline_with_setting(edit)
+        )
+        assert {n for n, c in CLIENTS.items() if cluster.allows(c, predictor, port)} == admitted
+        assert cluster.allows(pods["serve-check"], predictor, port)
+        for client in CLIENTS.values():
+            assert not cluster.allows(client, predictor, 8081)
+        if setting == "default":  # the setting as committed: the built install's answers
+            built = install(builds, ipblocks_match_pods=ipblocks_match_pods)
+            assert {n for n, c in CLIENTS.items() if built.allows(c, predictor, port)} == admitted

@@ -1,6 +1,20 @@
 """A step of the pipeline as an Argo container template: its CLI in its versioned image,
 the config as ``--set`` arguments, resources, placement, security, retries, deadline; and
-its outputs: parameters read from files, report files as artifacts."""
+its outputs: parameters read from files, report files as artifacts.
+
+No step's own code calls the Kubernetes API (they talk to S3, MLflow and the predictor), so
+their pods carry no token of the workflow's account, which may create training jobs and
+InferenceServices: ``automountServiceAccountToken: false`` and the executor's own account
+(``executor.serviceAccountName``), as Argo documents it (v4.0.5 docs/security.md, "Workflow
+Pod Permissions"; docs/fields.md ``automountServiceAccountToken``: "ServiceAccountName of
+ExecutorConfig must be specified if this value is false"). Argo v4.0.5
+workflow/controller/workflowpod.go setupServiceAccount then sets the pod's
+``automountServiceAccountToken: false`` and mounts the executor account's token Secret
+(``<account>.service-account-token``, util/secrets/secret_name.go) as the volume
+``exec-sa-token``, which newExecContainer mounts at /var/run/secrets/kubernetes.io/
+serviceaccount in the init and wait containers only: the main container, the step's code,
+has no token. Resource templates (the job, the InferenceService) keep the workflow's
+account: their main container is argoexec running kubectl."""
 
 from __future__ import annotations
 
@@ -85,9 +99,18 @@ def container_step(
         ),
         active_deadline_seconds=deadline,
         labels={f"{APP}/step": name},
+        **no_token(cfg),
         **placement,
         **extra,
     )
+
+
+def no_token(cfg: PipelineConfig) -> dict[str, Any]:
+    """A container template's fields that keep the workflow account's token out of its pod:
+    the executor (init, wait) reports as ``cluster.executor_service_account``, whose Role
+    allows only its WorkflowTaskResults (configs/cluster/pipeline/executor-rbac.yaml)."""
+    executor = m.ExecutorConfig(service_account_name=cfg.cluster.executor_service_account)
+    return {"automount_service_account_token": False, "executor": executor}
 
 
 def retry_expression(final_exit_codes: Sequence[int]) -> str | None:

@@ -197,6 +197,11 @@ BUILT_LAYERS = {
     "kserve-crds": "kserve-crds",
     "kserve": "kserve",
 }
+# Overlays a user may apply instead of a layer (docs/cluster.md): built beside the layers,
+# kept apart from them (vendored_overlays), since they repeat a layer's objects.
+# An overlay lives beside configs/cluster, not in it (kustomize refuses a base that
+# contains its overlay: "cycle detected").
+OVERLAYS = {"single-user": "../cluster-single-user"}
 # cert-manager's manifest as vendor.py renders it from the pinned chart (applied with -f,
 # not built by a kustomization); its CRDs check the Certificate and Issuer KServe makes
 CERT_MANAGER = vendor.CERT_MANAGER
@@ -216,11 +221,22 @@ def kustomize(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.load_all(done.stdout, Loader=yaml.CSafeLoader) if d]
 
 
-@cache
 def vendored_builds() -> dict[str, tuple[dict[str, Any], ...]] | None:
     """What each ``kubectl apply -k`` of configs/cluster applies (None: nothing vendored),
     built from a copy whose vendor/ the script filled from ``vendor_source()``, checked
     against vendor.lock on the way."""
+    both = _vendored()
+    return None if both is None else both[0]
+
+
+def vendored_overlays() -> dict[str, tuple[dict[str, Any], ...]] | None:
+    """The OVERLAYS' builds, from the same copy (None: nothing vendored)."""
+    both = _vendored()
+    return None if both is None else both[1]
+
+
+@cache
+def _vendored():
     source = vendor_source()
     if source is None:
         return None
@@ -239,7 +255,10 @@ def vendored_builds() -> dict[str, tuple[dict[str, Any], ...]] | None:
         found[CERT_MANAGER] = tuple(
             d for d in yaml.load_all(manifest, Loader=yaml.CSafeLoader) if d
         )
-        return found
+        for path in OVERLAYS.values():
+            shutil.copytree(CLUSTER / path, copy / path)
+        overlays = {name: tuple(kustomize(copy / path)) for name, path in OVERLAYS.items()}
+        return found, overlays
 
 
 def vendored_objects() -> tuple[dict[str, Any], ...] | None:

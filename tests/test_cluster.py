@@ -85,7 +85,7 @@ def test_every_written_manifest_passes_strict_validation() -> None:
 def test_top_level_kustomization_names_every_base() -> None:
     top = yaml.safe_load((CLUSTER / "kustomization.yaml").read_text())
     bases = sorted(p.parent.name for p in CLUSTER.glob("*/kustomization.yaml"))
-    folders = [r for r in top["resources"] if not r.startswith("vendor/")]
+    folders = [r for r in top["resources"] if (CLUSTER / r).is_dir()]
     assert sorted([*folders, *OPTIONAL_BASES]) == bases
     for path in ours("kustomization.yaml"):
         spec = yaml.safe_load(path.read_text())
@@ -167,7 +167,10 @@ def test_secrets_are_referenced_never_filled_and_their_shapes_documented() -> No
         assert set(doc["stringData"].values()) == {""}, "secrets.example.yaml holds no values"
     referenced: dict[str, set[str]] = {}
     for doc in all_manifests():
-        assert doc["kind"] != "Secret" or doc["metadata"]["name"] in shapes
+        # a service-account token Secret is filled by Kubernetes' token controller: no value
+        # of it is made by hand (configs/cluster/pipeline/executor-rbac.yaml)
+        token = doc.get("type") == "kubernetes.io/service-account-token" and not doc.get("data")
+        assert doc["kind"] != "Secret" or token or doc["metadata"]["name"] in shapes
         for node in walk(doc):
             if "secretKeyRef" in node:
                 ref = node["secretKeyRef"]
@@ -190,11 +193,11 @@ def test_secrets_are_referenced_never_filled_and_their_shapes_documented() -> No
 
 def test_the_training_operator_gang_schedules_with_volcano() -> None:
     spec = yaml.safe_load((CLUSTER / "training-operator" / "kustomization.yaml").read_text())
-    (patch,) = spec["patches"]
+    (patch,) = [p for p in spec["patches"] if "target" in p]
     assert patch["target"] == {"kind": "Deployment", "name": "training-operator"}
     (op,) = yaml.safe_load(patch["patch"])
     assert op["path"] == "/spec/template/spec/containers/0/args"
-    assert op["value"] == ["--gang-scheduler-name=volcano"]
+    assert op["value"][0] == "--gang-scheduler-name=volcano"
     kind = yaml.safe_load((REPO_ROOT / "configs" / "kind.yaml").read_text())
     assert kind["cluster"]["scheduler_name"] == "volcano"  # the e2e run uses the gang
 

@@ -167,7 +167,9 @@ def test_no_image_is_latest_or_untagged(builds: dict, build_of: str) -> None:
 def test_argo_runs_our_auth_mode_executor_and_artifact_repository(builds: dict) -> None:
     docs = builds["cluster"]
     server = find(docs, "Deployment", "argo-server")["spec"]["template"]["spec"]["containers"][0]
-    assert server["args"] == ["server", "--auth-mode=server"]
+    # client mode (issue 38 item 6): every caller brings its own token; server mode only in
+    # the single-user overlay (test_the_single_user_overlay_changes_the_auth_mode_alone)
+    assert server["args"] == ["server", "--auth-mode=client"]
     controller = find(docs, "Deployment", "workflow-controller")["spec"]["template"]["spec"]
     assert (
         "--executor-image=quay.io/argoproj/argoexec:v4.0.5" in controller["containers"][0]["args"]
@@ -180,9 +182,19 @@ def test_argo_runs_our_auth_mode_executor_and_artifact_repository(builds: dict) 
 
 def test_the_training_operator_is_started_for_volcano(builds: dict) -> None:
     operator = find(builds["cluster"], "Deployment", "training-operator")
-    assert operator["spec"]["template"]["spec"]["containers"][0]["args"] == [
-        "--gang-scheduler-name=volcano"
+    spec = operator["spec"]["template"]["spec"]
+    assert spec["containers"][0]["args"] == [
+        "--gang-scheduler-name=volcano",
+        # the Workers' init container fit for Pod Security restricted, from its ConfigMap
+        "--pytorch-init-container-template-file=/etc/pytorch-init-container/initContainer.yaml",
     ]
+    (mount,) = [
+        m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "pytorch-init-container"
+    ]
+    assert mount["mountPath"] == "/etc/pytorch-init-container"
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "pytorch-init-container"]
+    config = find(builds["cluster"], "ConfigMap", volume["configMap"]["name"])
+    assert config["metadata"]["namespace"] == "kubeflow" and "initContainer.yaml" in config["data"]
 
 
 def test_trainer_objects_are_in_kubeflow_system_and_jobset_has_no_namespace_of_its_own(
@@ -320,7 +332,7 @@ def test_the_argo_overlay_patches_a_release_whose_objects_are_namespaced(tmp_pat
     server = find(docs, "Deployment", "argo-server")["spec"]["template"]["spec"]["containers"][0]
     assert (server["image"], server["args"]) == (
         "quay.io/argoproj/argocli:v4.0.5",
-        ["server", "--auth-mode=server"],
+        ["server", "--auth-mode=client"],
     )
     controller = find(docs, "Deployment", "workflow-controller")["spec"]["template"]["spec"]
     assert controller["containers"][0]["image"] == "quay.io/argoproj/workflow-controller:v4.0.5"
@@ -609,3 +621,30 @@ def test_the_gpu_steps_render_the_gpu_configs_runtime() -> None:
 def test_the_kserve_crds_layer_is_the_kserve_layers_crds(builds: dict) -> None:
     crds = [d for d in builds["kserve"] if d["kind"] == "CustomResourceDefinition"]
     assert list(builds["kserve-crds"]) == crds and len(crds) == 6
+
+
+def test_the_single_user_overlay_changes_the_auth_mode_alone(builds: dict) -> None:
+    """configs/cluster-single-user: the whole install with the argo-server in
+    server mode (a one-person kind cluster), and nothing else changed; one --auth-mode, so
+    client mode is not left on beside it (Argo v4.0.5 cmd/argo/commands/server.go: a
+    StringArray flag, each value one more mode)."""
+    overlay = cluster_build.vendored_overlays()["single-user"]
+    base = list(builds["cluster"])
+    assert len(overlay) == len(base)
+    server = find(list(overlay), "Deployment", "argo-server")
+    assert server["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "server",
+        "--auth-mode=server",
+    ]
+    changed = copy.deepcopy(server)
+    changed["spec"]["template"]["spec"]["containers"][0]["args"][1] = "--auth-mode=client"
+    assert changed == find(base, "Deployment", "argo-server")
+    others = [d for d in overlay if d is not server]
+    assert sorted(map(json.dumps, others), key=str) == sorted(
+        (
+            json.dumps(d)
+            for d in base
+            if d["metadata"]["name"] != "argo-server" or d["kind"] != "Deployment"
+        ),
+        key=str,
+    )

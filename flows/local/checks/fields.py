@@ -61,6 +61,8 @@ TEMPLATE_IGNORED = {
     "metadata", "annotations", "securityContext", "serviceAccountName", "nodeSelector",
     "tolerations", "affinity", "archiveLocation", "priorityClassName",
     "automountServiceAccountToken", "podSpecPatch", "schedulerName", "priority",
+    # the account of the executor's init and wait containers: no executor here
+    "executor",
 }  # fmt: skip
 CONTAINER_FIELDS = {"name", "image", "imagePullPolicy", "command", "args", "env", "envFrom"}
 CONTAINER_IGNORED = {"resources", "securityContext", "ports", "terminationMessagePath"}

@@ -44,6 +44,12 @@ class ClusterConfig(Section):
     namespace: KubeName = Field("argo", description="namespace of workflows and PyTorchJobs")
     verify_tls: bool = Field(True, description="verify the Argo server's certificate")
     service_account: KubeName = Field("cifar-pipeline", description="workflow service account")
+    executor_service_account: KubeName = Field(
+        "cifar-pipeline-executor",
+        description="account of the Argo executor (init, wait containers) of the container "
+        "steps, whose pods mount no token of the workflow's account (it needs a Secret "
+        "<name>.service-account-token; configs/cluster/pipeline)",
+    )
     nodes: int = Field(1, ge=1, description="PyTorchJob nodes: 1 Master + nodes-1 Workers")
     gpus_per_node: int = Field(0, ge=0, description="nvidia.com/gpu limit per pod")
     cpu: Quantity = Field("2", description="CPU request per training pod")

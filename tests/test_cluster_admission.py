@@ -1,0 +1,558 @@
+"""The install's ValidatingAdmissionPolicy (configs/cluster/pipeline/admission-policy.yaml,
+issue 38 item 5) evaluated with a maintained CEL implementation, cel-python (``celpy``),
+as the API server evaluates it (kubernetes/website content/en/docs/reference/
+access-authn-authz/validating-admission-policy.md): the matchConditions first (all must
+hold, else the policy does not apply), then every validation; a validation that is false,
+or that errors, refuses the object with its message (failurePolicy: Fail). The names the
+API server gives: ``object``, ``oldObject``, ``request``, ``params`` (the bound ConfigMap)
+and ``variables``, whose members are the policy's spec.variables as "Variable composition"
+defines them: each evaluated when an expression first refers to it, once, its error being
+the referring expression's error, and each seeing only the variables before it.
+
+Every rendered job and InferenceService of every config (and its RDMA and host-network
+variants) is admitted with the parameters of its config; hostile variants are refused,
+each with its message. Only the API server proves the policy on a cluster: its type
+checking (status.typeChecking) and its CEL cost limits are not run here.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from functools import cache
+from typing import Any
+
+import celpy
+import celpy.evaluation
+import pytest
+import yaml
+
+from flows import cifar
+from flows.manifests import inferenceservice as isvc
+from flows.manifests.pod import config_args
+from steps.common.config import PipelineConfig, load_config
+from tests.conftest import REPO_ROOT
+from tests.flow_helpers import job_of
+
+PIPELINE = REPO_ROOT / "configs" / "cluster" / "pipeline"
+ACCOUNT = "system:serviceaccount:argo:cifar-pipeline"  # pipeline/rbac.yaml, in argo
+# The macros and functions the expressions may call (besides operators: in, +, ==, !, &&,
+# ||, ?:): standard CEL, in Kubernetes' CEL environment (apiserver/pkg/cel/environment
+# base.go builds on cel-go's standard library, common/stdlib, and its macros, parser/macro.go
+# AllMacros) and in cel-python's (celpy/evaluation.py: the macros of member_dot_arg,
+# base_functions). Neither optional types (a.?b), flatten, split nor join: cel-python lacks
+# them, and Kubernetes' CEL has no flatten.
+CEL_MACROS = {"has", "all", "map", "filter"}
+CEL_FUNCTIONS = {"size", "startsWith"}
+VARIANTS = [
+    ("local", []),
+    ("smoke", []),
+    ("cluster", []),
+    ("kind", []),
+    ("cluster", ["cluster.rdma=true"]),
+    ("cluster", ["cluster.rdma=true", "cluster.rdma_memlock=node"]),
+    ("cluster", ["cluster.host_network=true"]),
+    ("cluster", ["cluster.rdma=true", "cluster.host_network=true"]),
+]
+
+
+@cache
+def policy() -> tuple[dict[str, Any], dict[str, Any]]:
+    docs = list(yaml.safe_load_all((PIPELINE / "admission-policy.yaml").read_text()))
+    (vap,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    return vap, binding
+
+
+@cache
+def program(expression: str) -> Any:
+    env = celpy.Environment()
+    return env.program(env.compile(expression))
+
+
+class Variables(celpy.celtypes.MapType):
+    """``variables`` as the API server gives it: ``variables.x`` evaluates x's expression
+    when first read, once (its value or its error kept); an error is returned as CEL's
+    error value, so it is the error of the expression that reads it, and only where that
+    expression's result depends on it (``true || error`` is true). A variable sees only
+    the variables defined before it."""
+
+    def __init__(
+        self,
+        definitions: list[dict[str, str]],
+        activation: dict[str, Any],
+        memo: dict[str, Any] | None = None,
+        visible: int | None = None,
+    ) -> None:
+        super().__init__()
+        self._definitions = definitions
+        self._activation = activation
+        self._memo = {} if memo is None else memo
+        self._visible = len(definitions) if visible is None else visible
+
+    def __getitem__(self, name: Any) -> Any:
+        names = [d["name"] for d in self._definitions[: self._visible]]
+        if name not in names:
+            raise KeyError(name)  # celpy: "no such member", an error
+        if name not in self._memo:
+            at = names.index(name)
+            earlier = Variables(self._definitions, self._activation, self._memo, at)
+            try:
+                value = program(self._definitions[at]["expression"]).evaluate(
+                    {**self._activation, "variables": earlier}
+                )
+            except celpy.CELEvalError as exc:
+                value = exc
+            self._memo[name] = value
+        return self._memo[name]
+
+
+def activation_of(obj: dict[str, Any], params: dict[str, Any], user: str) -> dict[str, Any]:
+    request = {"operation": "CREATE", "userInfo": {"username": user}}
+    given = {"object": obj, "oldObject": None, "request": request, "params": params}
+    return {k: celpy.json_to_cel(v) for k, v in given.items()}
+
+
+def evaluate(expression: str, activation: dict[str, Any]) -> Any:
+    return program(expression).evaluate(activation)
+
+
+ALLOWED = "allowed"  # a params key serviceAccount.<name> allows <name>; its value is not read
+
+
+def params_of(cfg: PipelineConfig, accounts: tuple[str, ...] = ("default",)) -> dict[str, Any]:
+    """The parameters admission-params.yaml documents, from a config, allowing ``accounts``
+    (the install: the namespace's default account alone)."""
+    c = cfg.cluster
+    data = {
+        "registry": cfg.images.registry,
+        "rdmaRoot": str(c.rdma and c.rdma_memlock == "root").lower(),
+        "hostNetwork": str(c.host_network).lower(),
+        "trainingRuntime": c.trainer_runtime,
+        **{f"serviceAccount.{name}": ALLOWED for name in accounts},
+    }
+    return {"apiVersion": "v1", "kind": "ConfigMap", "data": data}
+
+
+def refusals(obj: dict[str, Any], params: dict[str, Any], user: str = ACCOUNT) -> list[str]:
+    """The messages the policy refuses ``obj`` with (empty: admitted)."""
+    vap, _ = policy()
+    activation = activation_of(obj, params, user)
+    for condition in vap["spec"]["matchConditions"]:
+        if not evaluate(condition["expression"], activation):
+            return []
+    activation["variables"] = Variables(vap["spec"]["variables"], activation)
+    found = []
+    for validation in vap["spec"]["validations"]:
+        try:
+            ok = bool(evaluate(validation["expression"], activation))
+        except celpy.CELEvalError as exc:  # failurePolicy: Fail
+            ok, validation = False, {**validation, "message": f"error: {exc}"}
+        if not ok:
+            found.append(validation["message"])
+    return found
+
+
+def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
+    template = cifar.build_template(cfg).to_dict()
+    nodes = {"nodes": "2"} if cfg.train.launcher == "pytorchjob" else {}
+    service = isvc.build_inferenceservice(
+        cfg, model_uri="models:/m/1", labels={}, settings=config_args(cfg)
+    )
+    return [job_of(template, **nodes), job_of(template), service]
+
+
+CASES = [
+    pytest.param(
+        name, [f"train.launcher={launcher}", *sets], id=f"{name}-{launcher}-{'-'.join(sets)}"
+    )
+    for name, sets in VARIANTS
+    for launcher in ("pytorchjob", "trainjob")
+]
+
+
+@pytest.mark.parametrize(("name", "sets"), CASES)
+def test_every_rendered_job_and_service_is_admitted(name: str, sets: list[str]) -> None:
+    cfg = load_config(REPO_ROOT / "configs" / f"{name}.yaml", sets)
+    for obj in rendered(cfg):
+        assert refusals(obj, params_of(cfg)) == [], obj["kind"]
+
+
+@pytest.mark.parametrize("name", ["cluster", "kind"])
+def test_the_installed_parameters_are_the_configs(name: str) -> None:
+    installed = yaml.safe_load((PIPELINE / "admission-params.yaml").read_text())
+    cfg = load_config(REPO_ROOT / "configs" / f"{name}.yaml")
+    assert installed["data"] == params_of(cfg)["data"]
+    _, binding = policy()
+    ref = binding["spec"]["paramRef"]
+    assert (ref["name"], ref["namespace"]) == (installed["metadata"]["name"], "argo")
+    assert ref["parameterNotFoundAction"] == "Deny"
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_the_policy_watches_what_the_workflows_account_creates() -> None:
+    vap, binding = policy()
+    assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+    assert vap["spec"]["failurePolicy"] == "Fail"
+    rules = {
+        (r["apiGroups"][0], r["resources"][0])
+        for r in vap["spec"]["matchConstraints"]["resourceRules"]
+    }
+    assert rules == {
+        ("kubeflow.org", "pytorchjobs"),
+        ("trainer.kubeflow.org", "trainjobs"),
+        ("serving.kserve.io", "inferenceservices"),
+    }
+    for rule in vap["spec"]["matchConstraints"]["resourceRules"]:
+        assert set(rule["operations"]) == {"CREATE", "UPDATE"}
+    rbac = list(yaml.safe_load_all((PIPELINE / "rbac.yaml").read_text()))
+    (account,) = [d for d in rbac if d["kind"] == "ServiceAccount"]
+    assert ACCOUNT.endswith(f":{account['metadata']['name']}")
+    # another account (an administrator, a controller) is not this policy's concern
+    cfg = load_config(REPO_ROOT / "configs" / "cluster.yaml")
+    job = privileged(rendered(cfg)[0])
+    assert refusals(job, params_of(cfg), user="system:serviceaccount:argo:someone") == []
+    assert refusals(job, params_of(cfg)) != []
+
+
+def expressions() -> list[str]:
+    vap, _ = policy()
+    spec = vap["spec"]
+    return [
+        x["expression"]
+        for part in ("matchConditions", "variables", "validations")
+        for x in spec[part]
+    ]
+
+
+def test_the_expressions_call_only_functions_both_cel_environments_have() -> None:
+    calls = {name for e in expressions() for name in re.findall(r"([A-Za-z_]\w*)\s*\(", e)}
+    assert calls == CEL_MACROS | CEL_FUNCTIONS
+    assert set(celpy.evaluation.base_functions) >= CEL_FUNCTIONS
+    assert not [e for e in expressions() if ".?" in e or "[?" in e]  # no optional types
+
+
+# --- hostile variants -----------------------------------------------------------------
+
+
+def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if obj["kind"] == "PyTorchJob":
+        return [r["template"]["spec"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
+    if obj["kind"] == "InferenceService":
+        return [obj["spec"]["predictor"]]
+    patch = obj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    return [
+        j["template"]["spec"]["template"].setdefault("spec", {}) for j in patch["replicatedJobs"]
+    ]
+
+
+def changed(obj: dict[str, Any], change) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    change(pod_specs(obj)[-1])
+    return obj
+
+
+def privileged(obj: dict[str, Any]) -> dict[str, Any]:
+    def change(spec: dict[str, Any]) -> None:
+        spec.setdefault("containers", [{"name": "node"}])[0].setdefault("securityContext", {})[
+            "privileged"
+        ] = True
+
+    return changed(obj, change)
+
+
+def _container(spec: dict[str, Any]) -> dict[str, Any]:
+    return spec.setdefault("containers", [{"name": "node"}])[0]
+
+
+HOSTILE = {
+    "another service account": (
+        lambda s: s.update(serviceAccountName="argo-server"),
+        "may run only as an allowed service account",
+    ),
+    "the workflow's account": (
+        lambda s: s.update(serviceAccountName="cifar-pipeline"),
+        "may run only as an allowed service account",
+    ),
+    "hostPath": (
+        lambda s: s.setdefault("volumes", []).append({"name": "h", "hostPath": {"path": "/"}}),
+        "no hostPath volume",
+    ),
+    "privileged": (
+        lambda s: _container(s).setdefault("securityContext", {}).update(privileged=True),
+        "no privileged container",
+    ),
+    "privilege escalation": (
+        lambda s: (
+            _container(s).setdefault("securityContext", {}).update(allowPrivilegeEscalation=True)
+        ),
+        "no container may allow privilege escalation",
+    ),
+    "a foreign image": (
+        lambda s: _container(s).update(image="docker.io/evil/miner:1"),
+        "every container image must be under the configured registry",
+    ),
+    "a look-alike registry": (
+        lambda s: _container(s).update(image="ghcr.io/cifar-pipeline.evil.io/cifar-train:1"),
+        "every container image must be under the configured registry",
+    ),
+    "a foreign init container": (
+        lambda s: s.setdefault("initContainers", []).append({"name": "i", "image": "busybox"}),
+        "every container image must be under the configured registry",
+    ),
+    "hostPID": (lambda s: s.update(hostPID=True), "no hostPID or hostIPC"),
+    "hostIPC": (lambda s: s.update(hostIPC=True), "no hostPID or hostIPC"),
+    "hostNetwork": (lambda s: s.update(hostNetwork=True), "hostNetwork only for the training"),
+    "an added capability": (
+        lambda s: (
+            _container(s)
+            .setdefault("securityContext", {})
+            .update(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]})
+        ),
+        "no added capability but IPC_LOCK",
+    ),
+    "root": (
+        lambda s: (
+            _container(s).setdefault("securityContext", {}).update(runAsUser=0, runAsNonRoot=False)
+        ),
+        "no container runs as root",
+    ),
+    "a root pod": (
+        lambda s: s.setdefault("securityContext", {}).update(runAsUser=0),
+        "no container runs as root",
+    ),
+    "a token": (
+        lambda s: s.update(automountServiceAccountToken=True),
+        "automountServiceAccountToken: false",
+    ),
+}
+# fields a TrainJob's runtime patch cannot carry (Trainer v2.3.0 PodSpecPatch: no image
+# of its containers, no host namespaces, no token setting): the TrainJob's own checks below
+NOT_IN_TRAINJOB_PATCH = {
+    "a foreign image",
+    "a look-alike registry",
+    "hostPID",
+    "hostIPC",
+    "hostNetwork",
+    "a token",
+}
+
+
+def hostile_cases():
+    for kind in ("PyTorchJob", "TrainJob", "InferenceService"):
+        for what in HOSTILE:
+            if kind == "TrainJob" and what in NOT_IN_TRAINJOB_PATCH:
+                continue
+            yield pytest.param(kind, what, id=f"{kind}-{what}")
+
+
+def base(kind: str, *sets: str) -> tuple[PipelineConfig, dict[str, Any]]:
+    launcher = "trainjob" if kind == "TrainJob" else "pytorchjob"
+    cfg = load_config(REPO_ROOT / "configs" / "cluster.yaml", [f"train.launcher={launcher}", *sets])
+    (multi, _, service) = rendered(cfg)
+    return cfg, service if kind == "InferenceService" else multi
+
+
+@pytest.mark.parametrize(("kind", "what"), hostile_cases())
+def test_a_hostile_object_is_refused_with_its_message(kind: str, what: str) -> None:
+    cfg, obj = base(kind)
+    change, message = HOSTILE[what]
+    found = refusals(changed(obj, change), params_of(cfg))
+    assert found and all(message in m for m in found), found
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "TrainJob"])
+def test_rdma_and_host_network_open_exactly_their_fields(kind: str) -> None:
+    """With rdmaRoot the training container may be root with IPC_LOCK, nothing more; with
+    hostNetwork the training pods may use the node's network; the predictor neither."""
+    cfg, obj = base(kind, "cluster.rdma=true", "cluster.host_network=true")
+    params = params_of(cfg)
+    assert params["data"]["rdmaRoot"] == "true" and params["data"]["hostNetwork"] == "true"
+    assert refusals(obj, params) == []
+    for what in ("an added capability", "privileged", "hostPath", "another service account"):
+        assert refusals(changed(obj, HOSTILE[what][0]), params), what
+    ipc = changed(
+        obj,
+        lambda s: (
+            _container(s)
+            .setdefault("securityContext", {})
+            .update(
+                capabilities={"drop": ["ALL"], "add": ["IPC_LOCK"]}, runAsUser=0, runAsNonRoot=False
+            )
+        ),
+    )
+    assert refusals(ipc, params) == []
+    without = params_of(load_config(REPO_ROOT / "configs" / "cluster.yaml"))
+    assert any("IPC_LOCK" in m for m in refusals(ipc, without))
+    (_, _, service) = rendered(cfg)
+    for what in ("hostNetwork", "root", "an added capability"):
+        assert refusals(changed(service, HOSTILE[what][0]), params), what
+    assert refusals(
+        changed(
+            service,
+            lambda s: (
+                _container(s)
+                .setdefault("securityContext", {})
+                .update(capabilities={"drop": ["ALL"], "add": ["IPC_LOCK"]})
+            ),
+        ),
+        params,
+    )
+
+
+def test_a_trainjob_runs_on_the_pipelines_runtime_and_registry() -> None:
+    cfg, job = base("TrainJob")
+    params = params_of(cfg)
+    other = copy.deepcopy(job)
+    other["spec"]["runtimeRef"]["name"] = "torch-distributed"  # Trainer's own, its image
+    image = copy.deepcopy(job)
+    image["spec"]["trainer"]["image"] = "docker.io/pytorch/pytorch:2.9.1"
+    for obj in (other, image):
+        (message,) = refusals(obj, params)
+        assert "pipeline's ClusterTrainingRuntime" in message
+
+
+@pytest.mark.parametrize("field", ["model", "transformer", "explainer", "workerSpec", "sklearn"])
+def test_a_service_is_a_predictor_of_its_own_containers(field: str) -> None:
+    cfg, service = base("InferenceService")
+    service = copy.deepcopy(service)
+    where = (
+        service["spec"] if field in ("transformer", "explainer") else service["spec"]["predictor"]
+    )
+    where[field] = {"storageUri": "s3://x"} if field != "transformer" else {"containers": []}
+    (message,) = refusals(service, params_of(cfg))
+    assert "predictor of its own containers" in message
+
+
+def test_a_missing_field_errs_and_refuses() -> None:
+    """An expression that reads an absent field errs: failurePolicy Fail refuses."""
+    cfg, job = base("TrainJob")
+    job = copy.deepcopy(job)
+    del job["spec"]["runtimeRef"]
+    found = refusals(job, params_of(cfg))
+    assert found and all(m.startswith("error") for m in found)
+
+
+# --- the allowed service accounts: a set in the parameters ------------------------------
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "TrainJob", "InferenceService"])
+def test_two_allowed_accounts_are_admitted_and_a_third_refused(kind: str) -> None:
+    """Allowing an account is one params line, serviceAccount.<name>; the pods may run as
+    any allowed one, and as no other."""
+    cfg, obj = base(kind)
+    params = params_of(cfg, accounts=("default", "s3-workload-identity"))
+    for name in ("default", "s3-workload-identity"):
+        named = changed(obj, lambda s, name=name: s.update(serviceAccountName=name))
+        assert refusals(named, params) == [], name
+    assert refusals(obj, params) == []  # no name: the default account
+    for name in ("argo-server", "cifar-pipeline", "another"):
+        named = changed(obj, lambda s, name=name: s.update(serviceAccountName=name))
+        (message,) = refusals(named, params)
+        assert "may run only as an allowed service account" in message, name
+    deprecated = changed(obj, lambda s: s.update(serviceAccount="argo-server"))
+    assert refusals(deprecated, params), "the deprecated serviceAccount field counts too"
+
+
+def test_the_default_account_is_allowed_only_by_its_key() -> None:
+    """A pod that names no account runs as the namespace's default: refused once the
+    params no longer list it."""
+    cfg, job = base("PyTorchJob")
+    params = params_of(cfg, accounts=("s3-workload-identity",))
+    (message,) = refusals(job, params)
+    assert "may run only as an allowed service account" in message
+    named = copy.deepcopy(job)
+    for spec in pod_specs(named):  # Master and Worker
+        spec["serviceAccountName"] = "s3-workload-identity"
+    assert refusals(named, params) == []
+
+
+def test_a_trainjob_with_a_second_runtime_patch_is_refused() -> None:
+    """Only the first patch's pod specs are read (Kubernetes' CEL cannot flatten a list of
+    lists): a second patch is refused outright, whatever it carries."""
+    cfg, job = base("TrainJob")
+    job = copy.deepcopy(job)
+    second = copy.deepcopy(job["spec"]["runtimePatches"][0])
+    second["manager"] = "someone-else"
+    spec = second["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    spec["template"]["spec"]["template"]["spec"]["volumes"] = [
+        {"name": "h", "hostPath": {"path": "/"}}
+    ]
+    job["spec"]["runtimePatches"].append(second)
+    (message,) = refusals(job, params_of(cfg))
+    assert "one runtime patch" in message
+
+
+# --- the variables, as the API server composes them --------------------------------------
+
+
+def referred(expression: str) -> set[str]:
+    return set(re.findall(r"\bvariables\.(\w+)", expression))
+
+
+def test_each_variable_refers_only_to_variables_before_it() -> None:
+    vap, _ = policy()
+    seen: set[str] = set()
+    for variable in vap["spec"]["variables"]:
+        assert referred(variable["expression"]) <= seen, variable["name"]
+        seen.add(variable["name"])
+    for validation in vap["spec"]["validations"]:
+        assert referred(validation["expression"]) <= seen
+
+
+def test_the_evaluator_shows_a_variable_only_those_before_it() -> None:
+    definitions = [
+        {"name": "early", "expression": "variables.late + 1"},
+        {"name": "late", "expression": "1"},
+    ]
+    activation: dict[str, Any] = {}
+    variables = Variables(definitions, activation)
+    activation["variables"] = variables
+    assert evaluate("variables.late", activation) == 1
+    assert isinstance(variables["early"], celpy.CELEvalError)
+
+
+def test_no_validation_walks_the_pod_specs_itself() -> None:
+    """Where each kind keeps its pod specs and containers is said once, in the variables;
+    the rules read variables.podSpecs, variables.containers or what is made of them. Only
+    the rules on a kind's own fields (a TrainJob's runtime and patches, a predictor's
+    runtimes) read object.spec."""
+    vap, _ = policy()
+    walks = re.compile(
+        r"pytorchReplicaSpecs|replicatedJobs|(?<!variables)\.containers|initContainers"
+        r"|securityContext|\.predictor\.volumes"
+    )
+    validations = vap["spec"]["validations"]
+    for validation in validations:
+        assert not walks.search(validation["expression"]), validation["message"]
+    readers = [v for v in validations if referred(v["expression"])]
+    kinds_own = [v for v in validations if "object.spec" in v["expression"]]
+    assert len(readers) == 10 and len(kinds_own) == 3
+    assert not [v for v in validations if v in readers and v in kinds_own]
+
+
+def depends_on(name: str) -> set[str]:
+    """The variables that read ``name``, directly or through others, and ``name``."""
+    vap, _ = policy()
+    found = {name}
+    for variable in vap["spec"]["variables"]:
+        if referred(variable["expression"]) & found:
+            found.add(variable["name"])
+    return found
+
+
+def test_a_variables_error_is_the_error_of_each_validation_that_reads_it() -> None:
+    """A replica without a pod spec: podSpecs errs, and so does every validation that
+    reads it (or a variable made of it), each refusing; the others still hold."""
+    cfg, job = base("PyTorchJob")
+    job = copy.deepcopy(job)
+    del job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    vap, _ = policy()
+    readers = [
+        v["message"]
+        for v in vap["spec"]["validations"]
+        if referred(v["expression"]) & depends_on("podSpecs")
+    ]
+    found = refusals(job, params_of(cfg))
+    assert len(found) == len(readers) >= 8
+    assert all(m.startswith("error") and "spec" in m for m in found), found

@@ -32,16 +32,17 @@ from tests.conftest import REPO_ROOT
 
 PIPELINE = REPO_ROOT / "configs" / "cluster" / "pipeline"
 WORKLOADS = PIPELINE / "admission-policy.yaml"  # what the workflow's account creates
+WORKFLOWS = PIPELINE / "admission-policy-workflows.yaml"  # what runs in argo
 PARAMS = PIPELINE / "admission-params.yaml"
 # The macros and functions the expressions may call (besides operators: in, +, ==, !=, !,
 # &&, ||, ?:): standard CEL, in Kubernetes' CEL environment (apiserver/pkg/cel/environment
 # base.go builds on cel-go's standard library, common/stdlib, and its macros, parser/macro.go
 # AllMacros) and in cel-python's (celpy/evaluation.py: the macros of member_dot_arg,
-# base_functions). Neither optional
+# base_functions; matches() with google-re2, as cel-go's with Go's RE2). Neither optional
 # types (a.?b), flatten, split nor join: cel-python lacks them, and Kubernetes' CEL has no
 # flatten.
 CEL_MACROS = {"has", "all", "map", "filter"}
-CEL_FUNCTIONS = {"size", "startsWith"}
+CEL_FUNCTIONS = {"size", "startsWith", "matches"}
 ALLOWED = "allowed"  # a params key serviceAccount.<name> allows <name>; its value is not read
 
 
@@ -213,5 +214,7 @@ def params_of(cfg: PipelineConfig, accounts: tuple[str, ...] = ("default",)) -> 
         "hostNetwork": str(c.host_network).lower(),
         "trainingRuntime": c.trainer_runtime,
         **{f"serviceAccount.{name}": ALLOWED for name in accounts},
+        "workflowServiceAccount": c.service_account,
+        "executorServiceAccount": c.executor_service_account,
     }
     return {"apiVersion": "v1", "kind": "ConfigMap", "data": data}

@@ -1,13 +1,8 @@
-"""The install's ValidatingAdmissionPolicy (configs/cluster/pipeline/admission-policy.yaml,
-issue 38 item 5) evaluated with a maintained CEL implementation, cel-python (``celpy``),
-as the API server evaluates it (kubernetes/website content/en/docs/reference/
-access-authn-authz/validating-admission-policy.md): the matchConditions first (all must
-hold, else the policy does not apply), then every validation; a validation that is false,
-or that errors, refuses the object with its message (failurePolicy: Fail). The names the
-API server gives: ``object``, ``oldObject``, ``request``, ``params`` (the bound ConfigMap)
-and ``variables``, whose members are the policy's spec.variables as "Variable composition"
-defines them: each evaluated when an expression first refers to it, once, its error being
-the referring expression's error, and each seeing only the variables before it.
+"""The install's ValidatingAdmissionPolicy on what the workflow's account creates
+(configs/cluster/pipeline/admission-policy.yaml, issue 38 item 5) evaluated with a
+maintained CEL implementation, cel-python (``celpy``), as the API server evaluates it
+(tests/admission_policies.py: the matchConditions, then every validation, ``variables`` as
+"Variable composition" defines them).
 
 Every rendered job and InferenceService of every config (and its RDMA and host-network
 variants) is admitted with the parameters of its config; hostile variants are refused,
@@ -19,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import re
-from functools import cache
 from typing import Any
 
 import celpy
@@ -31,19 +25,12 @@ from flows import cifar
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.pod import config_args
 from steps.common.config import PipelineConfig, load_config
+from tests import admission_policies as ap
+from tests.admission_policies import PIPELINE, Variables, evaluate, params_of, referred
 from tests.conftest import REPO_ROOT
 from tests.flow_helpers import job_of
 
-PIPELINE = REPO_ROOT / "configs" / "cluster" / "pipeline"
 ACCOUNT = "system:serviceaccount:argo:cifar-pipeline"  # pipeline/rbac.yaml, in argo
-# The macros and functions the expressions may call (besides operators: in, +, ==, !, &&,
-# ||, ?:): standard CEL, in Kubernetes' CEL environment (apiserver/pkg/cel/environment
-# base.go builds on cel-go's standard library, common/stdlib, and its macros, parser/macro.go
-# AllMacros) and in cel-python's (celpy/evaluation.py: the macros of member_dot_arg,
-# base_functions). Neither optional types (a.?b), flatten, split nor join: cel-python lacks
-# them, and Kubernetes' CEL has no flatten.
-CEL_MACROS = {"has", "all", "map", "filter"}
-CEL_FUNCTIONS = {"size", "startsWith"}
 VARIANTS = [
     ("local", []),
     ("smoke", []),
@@ -56,101 +43,13 @@ VARIANTS = [
 ]
 
 
-@cache
 def policy() -> tuple[dict[str, Any], dict[str, Any]]:
-    docs = list(yaml.safe_load_all((PIPELINE / "admission-policy.yaml").read_text()))
-    (vap,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
-    (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
-    return vap, binding
-
-
-@cache
-def program(expression: str) -> Any:
-    env = celpy.Environment()
-    return env.program(env.compile(expression))
-
-
-class Variables(celpy.celtypes.MapType):
-    """``variables`` as the API server gives it: ``variables.x`` evaluates x's expression
-    when first read, once (its value or its error kept); an error is returned as CEL's
-    error value, so it is the error of the expression that reads it, and only where that
-    expression's result depends on it (``true || error`` is true). A variable sees only
-    the variables defined before it."""
-
-    def __init__(
-        self,
-        definitions: list[dict[str, str]],
-        activation: dict[str, Any],
-        memo: dict[str, Any] | None = None,
-        visible: int | None = None,
-    ) -> None:
-        super().__init__()
-        self._definitions = definitions
-        self._activation = activation
-        self._memo = {} if memo is None else memo
-        self._visible = len(definitions) if visible is None else visible
-
-    def __getitem__(self, name: Any) -> Any:
-        names = [d["name"] for d in self._definitions[: self._visible]]
-        if name not in names:
-            raise KeyError(name)  # celpy: "no such member", an error
-        if name not in self._memo:
-            at = names.index(name)
-            earlier = Variables(self._definitions, self._activation, self._memo, at)
-            try:
-                value = program(self._definitions[at]["expression"]).evaluate(
-                    {**self._activation, "variables": earlier}
-                )
-            except celpy.CELEvalError as exc:
-                value = exc
-            self._memo[name] = value
-        return self._memo[name]
-
-
-def activation_of(obj: dict[str, Any], params: dict[str, Any], user: str) -> dict[str, Any]:
-    request = {"operation": "CREATE", "userInfo": {"username": user}}
-    given = {"object": obj, "oldObject": None, "request": request, "params": params}
-    return {k: celpy.json_to_cel(v) for k, v in given.items()}
-
-
-def evaluate(expression: str, activation: dict[str, Any]) -> Any:
-    return program(expression).evaluate(activation)
-
-
-ALLOWED = "allowed"  # a params key serviceAccount.<name> allows <name>; its value is not read
-
-
-def params_of(cfg: PipelineConfig, accounts: tuple[str, ...] = ("default",)) -> dict[str, Any]:
-    """The parameters admission-params.yaml documents, from a config, allowing ``accounts``
-    (the install: the namespace's default account alone)."""
-    c = cfg.cluster
-    data = {
-        "registry": cfg.images.registry,
-        "rdmaRoot": str(c.rdma and c.rdma_memlock == "root").lower(),
-        "hostNetwork": str(c.host_network).lower(),
-        "trainingRuntime": c.trainer_runtime,
-        **{f"serviceAccount.{name}": ALLOWED for name in accounts},
-    }
-    return {"apiVersion": "v1", "kind": "ConfigMap", "data": data}
+    return ap.policy(ap.WORKLOADS)
 
 
 def refusals(obj: dict[str, Any], params: dict[str, Any], user: str = ACCOUNT) -> list[str]:
     """The messages the policy refuses ``obj`` with (empty: admitted)."""
-    vap, _ = policy()
-    activation = activation_of(obj, params, user)
-    for condition in vap["spec"]["matchConditions"]:
-        if not evaluate(condition["expression"], activation):
-            return []
-    activation["variables"] = Variables(vap["spec"]["variables"], activation)
-    found = []
-    for validation in vap["spec"]["validations"]:
-        try:
-            ok = bool(evaluate(validation["expression"], activation))
-        except celpy.CELEvalError as exc:  # failurePolicy: Fail
-            ok, validation = False, {**validation, "message": f"error: {exc}"}
-        if not ok:
-            found.append(validation["message"])
-    return found
+    return ap.refusals(policy()[0], obj, params, user)
 
 
 def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
@@ -215,21 +114,11 @@ def test_the_policy_watches_what_the_workflows_account_creates() -> None:
     assert refusals(job, params_of(cfg)) != []
 
 
-def expressions() -> list[str]:
-    vap, _ = policy()
-    spec = vap["spec"]
-    return [
-        x["expression"]
-        for part in ("matchConditions", "variables", "validations")
-        for x in spec[part]
-    ]
-
-
 def test_the_expressions_call_only_functions_both_cel_environments_have() -> None:
-    calls = {name for e in expressions() for name in re.findall(r"([A-Za-z_]\w*)\s*\(", e)}
-    assert calls == CEL_MACROS | CEL_FUNCTIONS
-    assert set(celpy.evaluation.base_functions) >= CEL_FUNCTIONS
-    assert not [e for e in expressions() if ".?" in e or "[?" in e]  # no optional types
+    vap, _ = policy()
+    assert ap.calls(vap) == ap.CEL_MACROS | ap.CEL_FUNCTIONS - {"matches"}
+    assert set(celpy.evaluation.base_functions) >= ap.CEL_FUNCTIONS
+    assert not [e for e in ap.expressions(vap) if ".?" in e or "[?" in e]  # no optional types
 
 
 # --- hostile variants -----------------------------------------------------------------
@@ -484,10 +373,6 @@ def test_a_trainjob_with_a_second_runtime_patch_is_refused() -> None:
 
 
 # --- the variables, as the API server composes them --------------------------------------
-
-
-def referred(expression: str) -> set[str]:
-    return set(re.findall(r"\bvariables\.(\w+)", expression))
 
 
 def test_each_variable_refers_only_to_variables_before_it() -> None:

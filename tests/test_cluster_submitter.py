@@ -21,6 +21,9 @@ from collections.abc import Iterator
 import pytest
 
 from flows import cifar, cli
+from steps.common.config import load_config
+from tests import admission_policies as ap
+from tests import argo_restrictions
 from tests import cluster_build as cb
 from tests.cluster_install_steps import cluster_commands, quick_start_commands
 from tests.k8s_rbac import Rbac, Request, ServiceAccount
@@ -116,6 +119,48 @@ def test_the_submitter_may_submit_follow_and_schedule_the_pipeline(argo: FakeArg
     for verb, group, resource in sorted(needed | set(LOGS) | set(UI)):
         request = Request(verb, group, resource, NAMESPACE)
         assert rbac.allows(SUBMITTER, request), (verb, resource)
+
+
+BODY = {"workflows": "workflow", "workflow-templates": "template", "cron-workflows": "cronWorkflow"}
+
+
+def test_what_the_flow_sends_is_admitted_for_the_submitter(argo: FakeArgo) -> None:
+    """What the server writes with the submitter's token for a --submit, a second one
+    (the WorkflowTemplate updated over the first) and --cron --submit passes the admission
+    policy on workflows (configs/cluster/pipeline/admission-policy-workflows.yaml), and each
+    run is a reference that Argo's Strict templateReferencing runs."""
+    args = ["--config", SMOKE, *CLUSTER_READY]
+    for _ in range(2):
+        assert cli.main([*args, "--submit"], cifar) == 0
+    assert cli.main([*args, "--cron", "--submit"], cifar) == 0
+    cfg = load_config(SMOKE, [a for a in CLUSTER_READY if a != "--set"])
+    vap, _ = ap.policy(ap.WORKFLOWS)
+    user = SUBMITTER.username
+    sent, last = [], {}
+    for request in argo.requests:
+        kind = ROUTE.fullmatch(request["path"]).group(1)
+        if request["method"] in ("POST", "PUT"):
+            obj = request["body"][BODY[kind]]
+            name = (kind, obj["metadata"].get("name"))
+            operation = "UPDATE" if request["method"] == "PUT" else "CREATE"
+            old = last.get(name) if operation == "UPDATE" else None
+            found = ap.refusals(
+                vap, obj, ap.params_of(cfg), user, groups=tuple(SUBMITTER.groups),
+                operation=operation, old=old,
+            )  # fmt: skip
+            assert found == [], (request["method"], kind, found)
+            last[name] = obj
+            sent.append((operation, obj["kind"]))
+            if obj["kind"] != "WorkflowTemplate":
+                spec = obj["spec"] if obj["kind"] == "Workflow" else obj["spec"]["workflowSpec"]
+                assert argo_restrictions.override_violations(spec) == []
+                assert "workflowTemplateRef" in spec
+    assert sorted(set(sent)) == [
+        ("CREATE", "CronWorkflow"),
+        ("CREATE", "Workflow"),
+        ("CREATE", "WorkflowTemplate"),
+        ("UPDATE", "WorkflowTemplate"),
+    ]
 
 
 def test_the_submitter_may_do_nothing_more() -> None:

@@ -4,6 +4,7 @@
     python flows/cifar.py --render [--cron]           print the WorkflowTemplate and its run
     python flows/cifar.py --submit [--wait]           create/update the template, run it
     python flows/cifar.py --cron --submit             create/update the template and schedule
+    python flows/cifar.py --resubmit WF [--dry-run]   a failed run again, reusing what it did
     python flows/cifar.py serve [--model URI]          serve the champion here (flows.cli)
 
 On a cluster the pipeline is the WorkflowTemplate ``cifar-pipeline`` (``build_template``):
@@ -11,19 +12,22 @@ the templates, the DAG, and the parameters of ``flows.parameters`` with the conf
 as defaults; a Workflow (``build_submission``) or the CronWorkflow runs it by
 ``workflowTemplateRef``; the local runner executes that same pair.
 
-The DAG, in ``_define`` below: ``create-run`` (MLflow) and ``stage`` (memoized) ->
+The DAG, in ``_define`` below: ``create-run`` (MLflow) and ``stage`` ->
 ``train`` (a PyTorchJob or a TrainJob; in the template a one-node ``train`` and a
 ``train-multinode`` PyTorchJob, picked by ``when``) -> ``optimize`` -> ``benchmark`` ->
 ``deploy`` (the InferenceService, when the benchmark moved the alias) -> ``serve-check``
-(the live endpoint); a failed deploy or check runs the rollbacks. The exit handler runs
+(the live endpoint); a failed deploy or check runs the rollbacks. Stage, train, optimize
+and benchmark are memoized (``memo_keys``): each is followed by ``<step>-reused``, the
+check of a hit, and ``<step>-again``, the step run again when the hit's objects are gone
+(``reuse_step``); what reads a step's outputs reads the ones it handed on. The exit handler runs
 ``close-run``, which ends the MLflow run with the workflow's status, and, unless training
 succeeded, ``delete-train-job``. Each template family has its module: ``tracking_step``
 (create-run, close-run), ``stage_step``, ``train_step`` (the jobs and their deletion),
 ``optimize_step`` (optimize, benchmark), ``serving_step`` (deploy, serve-check, the
 rollbacks). One run at a time holds the mutex ``cluster.mutex``. Every step gets the config
 as ``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small files under
-/tmp/outputs read back as output parameters; objects live under
-``<storage.root_uri>/runs/<workflow name>``.
+/tmp/outputs read back as output parameters; a run writes its objects under
+``<storage.root_uri>/runs/<workflow name>`` (a hit's are an earlier run's).
 """
 
 from __future__ import annotations

@@ -143,12 +143,14 @@ def _step_plan(
     except (ExpressionError, UnsupportedFeature) as exc:
         return Planned(step, False, f"its key cannot be evaluated here ({exc})", {})
     changed = [part for part in ("image", "config", "parameters") if was.get(part) != now.get(part)]
-    if rerun:
-        changed.append(f"inputs: {' and '.join(dict.fromkeys(rerun))} runs again")
-    elif was.get("inputs") != now.get("inputs"):
+    if not rerun and was.get("inputs") != now.get("inputs"):
         changed.append("inputs")
-    if changed:
-        return Planned(step, False, f"{', '.join(changed)} changed", {})
+    why = [f"{', '.join(changed)} changed"] if changed else []
+    if rerun:
+        ran = [s for s in STEPS if s in rerun]  # in the DAG's order
+        why.append(f"inputs: {' and '.join(ran)} run{'s' if len(ran) == 1 else ''} again")
+    if why:
+        return Planned(step, False, "; ".join(why), {})
     outputs = _outputs(old)
     source = outputs.get("workflow") or name
     return Planned(

@@ -33,6 +33,7 @@ as ``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from hera.workflows import DAG, CronWorkflow, Parameter, Task, Workflow, WorkflowTemplate
@@ -135,8 +136,8 @@ def _reusable(
     check: Any,
     run_id: str,
     reused: list[str],
-    after: list[Task] = (),  # type: ignore[assignment]
-    waits: list[Task] = (),  # type: ignore[assignment]
+    after: Sequence[Task] = (),
+    waits: Sequence[Task] = (),
 ) -> list[Task]:
     """A memoized step's tasks (flows/reuse_step.py): each template after ``after``, the
     check of a hit (after ``waits`` too), each template again after a dead one. Returns the
@@ -156,7 +157,7 @@ def _reusable(
     return [*ran, *agains]
 
 
-def _after(upstream: list[Task], downstream: list[Task]) -> None:
+def _after(upstream: Sequence[Task], downstream: Sequence[Task]) -> None:
     """Every task of ``downstream`` depends on every one of ``upstream``."""
     for task in downstream:
         if upstream:
@@ -167,7 +168,7 @@ def _serve(
     cfg: PipelineConfig,
     serving: ServingTemplates,
     benchmarked: Reuse,
-    ends: list[Task],
+    ends: Sequence[Task],
     dataset: dict[str, str],
 ) -> None:
     """deploy and serve-check after the benchmark, on its decision (the one a hit reused),

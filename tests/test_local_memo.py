@@ -31,9 +31,11 @@ MEMOIZED = ("stage", "train", "optimize", "benchmark")
 TINY = [*SMALL, "serving.enabled=false", "train.nproc_per_node=1", "data.source=synthetic:500"]
 # run -> (extra arguments, the checkout it runs from: None for this one), in order
 CHANGES = {
+    # first: a later run's benchmark may move the alias, and a reused benchmark decision
+    # holds only while the registry is as it left it (steps/reuse/step.py)
+    "image tag": (sets(["images.tag=9.9.9"]), None),
     "optimize setting": (sets(["optimize.fp32_max_abs_diff=0.002"]), None),
     "steps/optimize edited": ([], "edited"),
-    "image tag": (sets(["images.tag=9.9.9"]), None),
 }
 LATER = {"-p parameter": (["-p", "lr=0.01"], None)}  # after the first ones (memo_later)
 RERUN = {  # what each change re-runs; the rest is Cached
@@ -173,7 +175,7 @@ def test_what_reuses_reads_the_earlier_outputs(memo_runs: tuple[MemoRuns, Runner
     model = baseline.state["tasks"]["train"]["outputs"]["model-uri"]
     assert model.endswith(f"/runs/{baseline.name}/model")
     assert run.state["tasks"]["train"]["outputs"]["model-uri"] == model
-    optimize_log = memo_later.pipeline.cwd / "runs" / run.name / "logs" / "optimize.log"
+    optimize_log = runs.pipeline.cwd / "runs" / run.name / "logs" / "optimize.log"
     assert f"--model {model} " in optimize_log.read_text()
     assert run.state["tasks"]["optimize"]["outputs"]["optimized"].endswith(
         f"/runs/{run.name}/optimized"

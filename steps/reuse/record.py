@@ -1,8 +1,9 @@
 """A reused step in this run's MLflow run, so the run reads complete: which run did the work
 (a tag and a link), and what that step had logged there, carried over.
 
-- every step: tags ``reused.<step>.run_id``, ``reused.<step>.workflow`` and
-  ``reused.<step>.run_url`` (the earlier run's page);
+- train, optimize, benchmark (staging logs nothing to MLflow): tags
+  ``reused.<step>.run_id``, ``reused.<step>.workflow`` and ``reused.<step>.run_url`` (the
+  earlier run's page);
 - its metrics, whole histories (train: the unprefixed ones, optimize ``optimize/...``,
   benchmark ``bench/...``), its tags (``train.*``, ``optimize.*``, ``bench.*``), and its
   small files (train: the plots and model.json, whose pictures ``close-run`` shows;
@@ -51,7 +52,7 @@ def record_reuse(cfg: PipelineConfig, step: str, reused: dict[str, str], run_id:
     client = mlflow.MlflowClient()
     source = reused.get("mlflow-run-id", "")
     tags = {f"reused.{step}.workflow": reused.get("workflow", "")}
-    if not source or step == "stage":  # staging logs nothing to MLflow
+    if not source:  # the earlier step ran untracked: which workflow did it is all there is
         client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         return ""
     tags[f"reused.{step}.run_id"] = source

@@ -10,9 +10,9 @@ workflow runs this after each hit (flows/reuse_step.py) with the hit's outputs
 decision). It checks the object each step publishes last; for the benchmark also that the
 registry is where its decision left it (the alias on the version it promoted, or still on
 the champion it kept; that version not rolled back since), since the decision is about the
-registry as it was. Then it writes ``gone``: ``false``, and the reuse goes into this run's
-MLflow run (``steps.reuse.record``), or ``true``: the workflow runs the step again. Either
-way one line says which.
+registry as it was. Then it writes ``gone``: ``false``, and the reuse of train, optimize or
+benchmark goes into this run's MLflow run (``steps.reuse.record``), or ``true``: the
+workflow runs the step again. Either way one line says which.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         line = f"{args.step}: the memo from {source} no longer holds ({problem}): runs again"
     else:
         line = f"{args.step}: reused from {source}"
-        if tracking_wanted(cfg, args.mlflow_run_id) and args.mlflow_run_id:
+        # staging logs nothing to MLflow: nothing to carry (and no MLflow import to pay)
+        if args.step != "stage" and tracking_wanted(cfg, args.mlflow_run_id) and args.mlflow_run_id:
             from steps.reuse.record import record_reuse
 
             line += record_reuse(cfg, args.step, reused, args.mlflow_run_id)

@@ -4,6 +4,7 @@
     python flows/cifar.py --render [--cron]           print the WorkflowTemplate and its run
     python flows/cifar.py --submit [--wait]           create/update the template, run it
     python flows/cifar.py --cron --submit             create/update the template and schedule
+    python flows/cifar.py --resubmit WF [--dry-run]   a failed run again, reusing what it did
     python flows/cifar.py serve [--model URI]          serve the champion here (flows.cli)
 
 On a cluster the pipeline is the WorkflowTemplate ``cifar-pipeline`` (``build_template``):
@@ -11,35 +12,41 @@ the templates, the DAG, and the parameters of ``flows.parameters`` with the conf
 as defaults; a Workflow (``build_submission``) or the CronWorkflow runs it by
 ``workflowTemplateRef``; the local runner executes that same pair.
 
-The DAG, in ``_define`` below: ``create-run`` (MLflow) and ``stage`` (memoized) ->
+The DAG, in ``_define`` below: ``create-run`` (MLflow) and ``stage`` ->
 ``train`` (a PyTorchJob or a TrainJob; in the template a one-node ``train`` and a
 ``train-multinode`` PyTorchJob, picked by ``when``) -> ``optimize`` -> ``benchmark`` ->
 ``deploy`` (the InferenceService, when the benchmark moved the alias) -> ``serve-check``
-(the live endpoint); a failed deploy or check runs the rollbacks. The exit handler runs
+(the live endpoint); a failed deploy or check runs the rollbacks. Stage, train, optimize
+and benchmark are memoized (``memo_keys``): each is followed by ``<step>-reused``, the
+check of a hit, and ``<step>-again``, the step run again when the hit's objects are gone
+(``reuse_step``); what reads a step's outputs reads the ones it handed on. The exit handler runs
 ``close-run``, which ends the MLflow run with the workflow's status, and, unless training
 succeeded, ``delete-train-job``. Each template family has its module: ``tracking_step``
 (create-run, close-run), ``stage_step``, ``train_step`` (the jobs and their deletion),
 ``optimize_step`` (optimize, benchmark), ``serving_step`` (deploy, serve-check, the
 rollbacks). One run at a time holds the mutex ``cluster.mutex``. Every step gets the config
 as ``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small files under
-/tmp/outputs read back as output parameters; objects live under
-``<storage.root_uri>/runs/<workflow name>``.
+/tmp/outputs read back as output parameters; a run writes its objects under
+``<storage.root_uri>/runs/<workflow name>`` (a hit's are an earlier run's).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
-from hera.workflows import DAG, CronWorkflow, Parameter, Workflow, WorkflowTemplate
+from hera.workflows import DAG, CronWorkflow, Parameter, Task, Workflow, WorkflowTemplate
 from hera.workflows import models as m
 
 from flows import parameters
 from flows.manifests.names import APP, annotations, labels, run_root, workflow_url
 from flows.manifests.pod import DATA_VOLUME, ISTIO_INJECT, pod_security
-from flows.optimize_step import benchmark_template, optimize_template
+from flows.memo_keys import MAX_AGE_INPUT, RUN_AGAIN
+from flows.optimize_step import DECISION, benchmark_template, optimize_template
 from flows.parameters import step_settings
-from flows.serving_step import serving_templates
+from flows.reuse_step import RUN_OUTPUT, Reuse, reuse_check_template
+from flows.serving_step import ServingTemplates, serving_templates
 from flows.stage_step import stage_template
 from flows.tracking_step import close_run_template, create_run_template
 from flows.train_step import delete_template, delete_when, train_templates
@@ -54,80 +61,63 @@ EXIT_HANDLER = "exit-handler"
 ROLLBACK_DEPENDS = "deploy.Failed || deploy.Errored || serve-check.Failed || serve-check.Errored"
 
 
-def _define(cfg: PipelineConfig) -> None:
+def _define(cfg: PipelineConfig, source_keys: bool = False) -> None:
     """The pipeline inside the active WorkflowTemplate: each template made once (Hera lists
-    them in that order), the DAG that runs them, then the exit handler."""
+    them in that order), the DAG that runs them, then the exit handler. ``source_keys``:
+    the memo keys name each step's source instead of its image (a local run)."""
     settings = step_settings(cfg)
     argo_link = workflow_url(cfg, "{{workflow.namespace}}", "{{workflow.name}}")
     create_run = create_run_template(cfg, settings, argo_link)
-    stage = stage_template(cfg, settings)
-    trains = train_templates(cfg, settings)
-    optimize = optimize_template(cfg, settings)
-    benchmark = benchmark_template(cfg, settings)
+    stage = stage_template(cfg, settings, source_keys=source_keys)
+    trains = train_templates(cfg, settings, source_keys=source_keys)
+    optimize = optimize_template(cfg, settings, source_keys=source_keys)
+    benchmark = benchmark_template(cfg, settings, source_keys=source_keys)
+    check = reuse_check_template(cfg, settings)
     serving = serving_templates(cfg, settings)
 
-    # what the tasks pass on: the run's paths and id, the benchmark's decision
+    # Where this run writes. What a step hands on is its output: on a memo hit, the URIs
+    # of the earlier run that wrote them (flows/reuse_step.py), never these recomputed.
     root = run_root(cfg)
-    model = {"model-uri": f"{root}/model"}
-    optimized = {**model, "optimized-uri": f"{root}/optimized"}
-    report_uri = f"{root}/benchmark"
     run_id = _output("create-run", "run-id")
-    shared = {"dataset-uri": _output("stage", "dataset-uri"), "run-id": run_id}
-    version = _output("benchmark", "model-version")
-    previous = _output("benchmark", "previous-version")
-    # deploy and serve-check run when the benchmark moved the alias: a plain dependency on
-    # a Skipped task still runs (Argo and the local runner alike), so the check carries the
-    # same `when` and is Skipped with the deploy
-    promoted = f"{_output('benchmark', 'promoted')} == true"
-    model_uri = f"models:/{cfg.benchmark.registered_model}/{version}"
-    deployed = {
-        "model-uri": model_uri,
-        "run-id": run_id,
-        "model-version": version,
-        "serving-image": _output("benchmark", "serving-image"),
-    }
-    checked = {**shared, "url": _output("deploy", "url"), "benchmark-uri": report_uri}
-    reason = (
-        f"the deployment of v{version} failed (deploy {{{{tasks.deploy.status}}}}, "
-        "or its live check) in workflow {{workflow.name}}"
-    )
-    undone = {"version": version, "previous-version": previous, "reason": reason, "run-id": run_id}
+    staged, trained = Reuse("stage", ("stage",)), Reuse("train", tuple(t.name for t, _ in trains))
+    optimized, benchmarked = Reuse("optimize", ("optimize",)), Reuse("benchmark", ("benchmark",))
+    dataset = {"dataset-uri": staged.output("dataset-uri"), "run-id": run_id}
+    model = {**dataset, "model-uri": trained.output("model-uri")}
+    measured = {**model, "optimized-uri": optimized.output("optimized")}
+    memo = {"check": check, "run_id": run_id}
 
     with DAG(name=ENTRYPOINT):
-        run_task, stage_task = create_run(name="create-run"), stage(name="stage")
-        # One training template runs, the others are Skipped: a plain dependency on each holds.
-        train_tasks = [
-            train(name=train.name, when=when, arguments={**shared, **model})
-            for train, when in trains
-        ]
-        optimize_task = optimize(name="optimize", arguments={**shared, **optimized})
-        benchmark_task = benchmark(
-            name="benchmark", arguments={**shared, **optimized, "output-uri": report_uri}
+        run_task = create_run(name="create-run")
+        stage_ends = _reusable(
+            staged, [(stage, None)], {}, **memo, reused=["dataset-uri"], waits=[run_task]
         )
-        for train_task in train_tasks:
-            [run_task, stage_task] >> train_task >> optimize_task
-        optimize_task >> benchmark_task
+        # One training template runs, the others are Skipped: a plain dependency on each holds.
+        train_ends = _reusable(
+            trained,
+            trains,
+            {**dataset, "model-uri": f"{root}/model"},
+            **memo,
+            reused=["model-uri", RUN_OUTPUT],
+            after=[run_task, *stage_ends],
+        )
+        optimize_ends = _reusable(
+            optimized,
+            [(optimize, None)],
+            {**model, "optimized-uri": f"{root}/optimized"},
+            **memo,
+            reused=["optimized", RUN_OUTPUT],
+            after=train_ends,
+        )
+        benchmark_ends = _reusable(
+            benchmarked,
+            [(benchmark, None)],
+            {**measured, "output-uri": f"{root}/benchmark"},
+            **memo,
+            reused=["report-uri", *DECISION, RUN_OUTPUT],
+            after=optimize_ends,
+        )
         if cfg.serving.enabled:  # deploy is a transaction (flows/serving_step.py)
-            deploy = serving.deploy(name="deploy", when=promoted, arguments=deployed)
-            check = serving.serve_check(name="serve-check", when=promoted, arguments=checked)
-            benchmark_task >> deploy >> check
-            # the rollbacks' edges are their `depends`: deploy or serve-check failed
-            serving.rollback_alias(
-                name="rollback-alias", depends=ROLLBACK_DEPENDS, arguments=undone
-            )
-            serving.rollback_apply(
-                name="rollback-apply",
-                depends=ROLLBACK_DEPENDS,
-                when=f"'{previous}' != ''",
-                arguments={
-                    "previous-version": previous,
-                    "run-id": run_id,
-                    "previous-serving-image": _output("benchmark", "previous-serving-image"),
-                },
-            )
-            serving.rollback_delete(
-                name="rollback-delete", depends=ROLLBACK_DEPENDS, when=f"'{previous}' == ''"
-            )
+            _serve(cfg, serving, benchmarked, benchmark_ends, dataset)
 
     close_run = close_run_template(cfg, settings, argo_link)
     delete_job = delete_template(cfg)
@@ -136,6 +126,92 @@ def _define(cfg: PipelineConfig) -> None:
         # training did not succeed (its job failed, or `argo stop` stopped it): its pods
         # free their GPUs now, before the workflow's TTL would take the job with it
         delete_job(name="delete-train-job", when=delete_when())
+
+
+def _reusable(
+    reuse: Reuse,
+    runs: list[tuple[Any, str | None]],
+    arguments: dict[str, str],
+    *,
+    check: Any,
+    run_id: str,
+    reused: list[str],
+    after: Sequence[Task] = (),
+    waits: Sequence[Task] = (),
+) -> list[Task]:
+    """A memoized step's tasks (flows/reuse_step.py): each template after ``after``, the
+    check of a hit (after ``waits`` too), each template again after a dead one. Returns the
+    tasks a reader of its outputs depends on."""
+    ran = [template(name=template.name, when=when, arguments=arguments) for template, when in runs]
+    checked = check(
+        name=reuse.check, when=reuse.check_when, arguments=reuse.check_arguments(reused, run_id)
+    )
+    again = {**arguments, MAX_AGE_INPUT: RUN_AGAIN}  # the entry is too old: run, overwrite it
+    agains = [
+        template(name=reuse.again(template.name), when=reuse.again_when(when), arguments=again)
+        for template, when in runs
+    ]
+    _after(after, ran)
+    _after([*ran, *waits], [checked])
+    _after([checked], agains)
+    return [*ran, *agains]
+
+
+def _after(upstream: Sequence[Task], downstream: Sequence[Task]) -> None:
+    """Every task of ``downstream`` depends on every one of ``upstream``."""
+    for task in downstream:
+        if upstream:
+            list(upstream) >> task  # type: ignore[operator]
+
+
+def _serve(
+    cfg: PipelineConfig,
+    serving: ServingTemplates,
+    benchmarked: Reuse,
+    ends: Sequence[Task],
+    dataset: dict[str, str],
+) -> None:
+    """deploy and serve-check after the benchmark, on its decision (the one a hit reused),
+    and the rollbacks of either."""
+    version, previous = benchmarked.output("model-version"), benchmarked.output("previous-version")
+    run_id = dataset["run-id"]
+    # deploy and serve-check run when the benchmark moved the alias: a plain dependency on
+    # a Skipped task still runs (Argo and the local runner alike), so the check carries the
+    # same `when` and is Skipped with the deploy
+    promoted = f"{benchmarked.output('promoted')} == true"
+    model_uri = f"models:/{cfg.benchmark.registered_model}/{version}"
+    deployed = {
+        "model-uri": model_uri,
+        "run-id": run_id,
+        "model-version": version,
+        "serving-image": benchmarked.output("serving-image"),
+    }
+    report = benchmarked.output("report-uri")
+    checked = {**dataset, "url": _output("deploy", "url"), "benchmark-uri": report}
+    reason = (
+        f"the deployment of v{version} failed (deploy {{{{tasks.deploy.status}}}}, "
+        "or its live check) in workflow {{workflow.name}}"
+    )
+    undone = {"version": version, "previous-version": previous, "reason": reason, "run-id": run_id}
+    deploy = serving.deploy(name="deploy", when=promoted, arguments=deployed)
+    check = serving.serve_check(name="serve-check", when=promoted, arguments=checked)
+    _after(ends, [deploy])
+    deploy >> check  # type: ignore[operator]
+    # the rollbacks' edges are their `depends`: deploy or serve-check failed
+    serving.rollback_alias(name="rollback-alias", depends=ROLLBACK_DEPENDS, arguments=undone)
+    serving.rollback_apply(
+        name="rollback-apply",
+        depends=ROLLBACK_DEPENDS,
+        when=f"'{previous}' != ''",
+        arguments={
+            "previous-version": previous,
+            "run-id": run_id,
+            "previous-serving-image": benchmarked.output("previous-serving-image"),
+        },
+    )
+    serving.rollback_delete(
+        name="rollback-delete", depends=ROLLBACK_DEPENDS, when=f"'{previous}' == ''"
+    )
 
 
 def _output(task: str, name: str) -> str:
@@ -177,9 +253,12 @@ def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:
     return spec
 
 
-def build_template(cfg: PipelineConfig, *, git_revision: str | None = None) -> WorkflowTemplate:
+def build_template(
+    cfg: PipelineConfig, *, git_revision: str | None = None, source_keys: bool = False
+) -> WorkflowTemplate:
     """The WorkflowTemplate ``cifar-pipeline``: templates, DAG and the parameters a run may
-    change, defaulting to this config's values; pure."""
+    change, defaulting to this config's values; pure. ``source_keys``: memo keys name
+    each step's source, not its image (flows/memo_keys.py; a local run)."""
     spec = _spec(cfg, git_revision)
     metadata = m.WorkflowMetadata(labels=spec["labels"], annotations=spec["annotations"])
     arguments = [
@@ -189,7 +268,7 @@ def build_template(cfg: PipelineConfig, *, git_revision: str | None = None) -> W
     with WorkflowTemplate(
         name=TEMPLATE_NAME, arguments=arguments, workflow_metadata=metadata, **spec
     ) as template:
-        _define(cfg)
+        _define(cfg, source_keys)
     return template
 
 

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import yaml
 
-from flows import argo_server, hints, parameters, submit
+from flows import argo_server, hints, parameters, resubmit, submit
 from flows.local.review import VERBS as REVIEW_VERBS
 from flows.local_run import localize, run_here
 from flows.manifests import trainjob
 from flows.manifests.names import FlowError, labels
+from flows.memo_keys import STEPS
 from flows.usage import UsageError
 from steps.common.config import (
     REPO_ROOT,
@@ -37,11 +38,14 @@ if TYPE_CHECKING:
     from hera.workflows import CronWorkflow, Workflow, WorkflowTemplate
 
 
+MEMOIZED = list(STEPS)
+
+
 class Pipeline(Protocol):
     """What the command line renders, submits or runs here: flows/cifar.py's builders."""
 
     def build_template(
-        self, cfg: PipelineConfig, *, git_revision: str | None = None
+        self, cfg: PipelineConfig, *, git_revision: str | None = None, source_keys: bool = False
     ) -> WorkflowTemplate: ...
 
     def build_submission(
@@ -97,13 +101,36 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--render", action="store_true", help="print the Argo YAML")
     mode.add_argument("--submit", action="store_true", help="submit to the Argo server")
     mode.add_argument(
+        "--resubmit",
+        metavar="WORKFLOW",
+        help="a failed cluster run again: a new Workflow of the current WorkflowTemplate with "
+        "its parameters, reusing every step whose memo key did not change",
+    )
+    mode.add_argument(
         "--render-runtime",
         action="store_true",
         help="print the ClusterTrainingRuntime a TrainJob runs on (train.launcher=trainjob)",
     )
     parser.add_argument("--cron", action="store_true", help="the CronWorkflow (schedule.*)")
     parser.add_argument("--wait", action="store_true", help="follow a submitted workflow")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="--resubmit: print what would be reused, submit nothing",
+    )
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue a local run")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="a local run reuses no memoized step"
+    )
+    parser.add_argument(
+        "--refresh",
+        action="append",
+        default=[],
+        choices=MEMOIZED,
+        metavar="STEP",
+        help="a local run runs STEP and what depends on it, reused or not (repeatable): "
+        + ", ".join(MEMOIZED),
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
@@ -113,12 +140,24 @@ def check_options(args: argparse.Namespace) -> None:
         raise UsageError("--render-runtime prints one manifest: drop --cron/--wait/--resume")
     if args.cron and not (args.render or args.submit):
         raise UsageError("--cron goes with --render or --submit")
-    if args.wait and not args.submit:
+    if args.wait and not (args.submit or args.resubmit):
         raise UsageError("--wait follows a submitted workflow: add --submit")
+    if args.dry_run and not args.resubmit:
+        raise UsageError("--dry-run prints the plan of --resubmit WORKFLOW: add it")
+    if args.resubmit and (args.parameters or args.cron or args.resume):
+        raise UsageError(
+            "--resubmit carries the failed run's parameters: drop -p/--cron/--resume (a new "
+            "run with other parameters: --submit -p)"
+        )
     if args.wait and args.cron:
         raise UsageError("--wait follows one workflow; a CronWorkflow starts one per schedule")
     if args.resume and (args.render or args.submit):
         raise UsageError("--resume continues a local run: drop --render/--submit")
+    if (args.no_cache or args.refresh) and (args.render or args.submit or args.render_runtime):
+        raise UsageError(
+            "--no-cache and --refresh choose what a local run reuses: drop them with "
+            "--render/--submit (a cluster run reuses by its memo keys, docs/cluster.md)"
+        )
     if args.resume and (args.config or args.overrides or args.parameters):
         raise UsageError(
             "--resume continues a run with the config and parameters it started with: drop "
@@ -139,9 +178,11 @@ def run(args: argparse.Namespace, pipeline: Pipeline) -> int:
         runtime = trainjob.build_runtime(base, applied)  # applied by kustomize, not Hera
         sys.stdout.write(yaml.safe_dump(trainjob.to_manifest(runtime), sort_keys=False))
         return 0
-    if not (args.render or args.submit):
+    if not (args.render or args.submit or args.resubmit):
         return run_here(pipeline, base, given, values, args)
     revision = git_revision()
+    if args.resubmit:
+        return resubmit.run(pipeline, base, args, revision)
     template = pipeline.build_template(base, git_revision=revision)
     build = pipeline.build_cron_workflow if args.cron else pipeline.build_submission
     workflow = build(base, values, git_revision=revision)

@@ -51,7 +51,7 @@ def container_step(
     image: str,
     module: str,
     args: Sequence[str],
-    inputs: Sequence[str] = (),
+    inputs: Sequence[str | Parameter] = (),
     outputs: Sequence[Parameter | Artifact] = (),
     settings: Sequence[str],
     gpus: int = 0,
@@ -89,7 +89,7 @@ def container_step(
         env=[item.hera() for item in pod_env(cfg)],
         resources=resources,
         security_context=m.SecurityContext.model_validate(container_security(cfg)),
-        inputs=[Parameter(name=i) for i in inputs] or None,
+        inputs=[i if isinstance(i, Parameter) else Parameter(name=i) for i in inputs] or None,
         outputs=list(outputs) or None,
         retry_strategy=RetryStrategy(
             limit=c.retry_limit,

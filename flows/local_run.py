@@ -2,7 +2,10 @@
 made local (``localize``: relative paths absolute, so every task and the memoization cache
 see one artifact root and MLflow store), its data source checked here before anything
 starts, then the same WorkflowTemplate and Workflow that ``--submit`` sends, run by the
-local runner (``flows.local``) with the closing lines of ``flows.hints``.
+local runner (``flows.local``) with the closing lines of ``flows.hints``. One difference:
+the memo keys name each step's source (``steps/<step>/`` and ``steps/common/``) where the
+cluster's name its image (flows/memo_keys.py); ``--no-cache`` and ``--refresh STEP`` take
+no memo entry (for every step, or for a step and what depends on it).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flows import hints, reachable
+from flows.train_step import MULTINODE
 from flows.usage import UsageError
 from steps.common.config import PipelineConfig
 from steps.common.version import git_revision
@@ -61,9 +65,11 @@ def run_here(
     if args.resume is None:  # a resumed run keeps its own source
         reachable.check_download(cfg)
     revision = git_revision()
+    # the memo keys name each step's source: what runs here is this checkout, not an image
+    template = pipeline.build_template(base, git_revision=revision, source_keys=True)
     return run_local(
         pipeline.build_submission(base, values, git_revision=revision),
-        workflow_templates=[pipeline.build_template(base, git_revision=revision).to_dict()],
+        workflow_templates=[template.to_dict()],
         parameters=values,
         resume=args.resume,
         # the run's page joins its MLflow run once the run ended, then what to do next
@@ -71,7 +77,16 @@ def run_here(
             *log_page(runner.run_dir),
             *hints.after_run(args, cfg, runner, result),
         ],
+        no_cache=args.no_cache,
+        refresh=refreshed_tasks(args.refresh),
     )
+
+
+def refreshed_tasks(steps: list[str]) -> list[str]:
+    """The DAG's tasks of the steps ``--refresh`` names (train: either training template's);
+    what depends on them follows (flows.local.memo.with_dependents)."""
+    tasks = {"train": ["train", MULTINODE]}
+    return [task for step in steps for task in tasks.get(step, [step])]
 
 
 def check_local_source(cfg: PipelineConfig) -> None:

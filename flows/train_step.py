@@ -20,7 +20,9 @@ from flows import parameters
 from flows.manifests import pytorchjob, trainjob
 from flows.manifests.names import APP, labels
 from flows.manifests.pod import pod_env
+from flows.memo_keys import max_age_input, memoize
 from flows.parameters import input_ref
+from flows.reuse_step import RUN_OUTPUT, WORKFLOW_OUTPUT
 from steps.common.config import PipelineConfig
 
 ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # how argo logs finds a pod
@@ -54,6 +56,22 @@ OWNER = {
 }
 
 
+# What the job says of its own run, read back as the step's outputs (``kubectl get -o
+# jsonpath``, v4.0.5 workflow/executor/resource.go SaveResourceParameters: a resource
+# template's outputs come from the object alone). So the memo entry of a training step
+# holds where the model is and which workflow and MLflow run trained it; a hit hands them
+# on. (kubectl's JSONPath ends a field name at ``.``, not at ``-`` or ``/``.)
+JOB_NOTES = {
+    "model-uri": input_ref("model-uri"),
+    RUN_OUTPUT: input_ref("run-id"),
+    WORKFLOW_OUTPUT: "{{workflow.name}}",
+}
+
+
+def job_annotations() -> dict[str, str]:
+    return {f"{APP}/{name}": value for name, value in JOB_NOTES.items()}
+
+
 def job_labels(cfg: PipelineConfig) -> dict[str, str]:
     return {
         **labels(cfg),
@@ -75,7 +93,13 @@ def job_manifest(cfg: PipelineConfig, settings: list[str], *, multinode: bool = 
         input_ref("model-uri"),
     ]
     args += ["--mlflow-run-id", input_ref("run-id"), *settings]
-    spec: dict[str, Any] = dict(args=args, env=pod_env(cfg), labels=job_labels(cfg), owner=OWNER)
+    spec: dict[str, Any] = dict(
+        args=args,
+        env=pod_env(cfg),
+        labels=job_labels(cfg),
+        owner=OWNER,
+        annotations=job_annotations(),
+    )
     refs = {n: parameters.ref(n) for n in ("nodes", "gpus-per-node", "nproc-per-node")}
     refs["workers"] = "{{=asInt(workflow.parameters.nodes) - 1}}"
     if cfg.train.launcher == "trainjob":
@@ -83,33 +107,49 @@ def job_manifest(cfg: PipelineConfig, settings: list[str], *, multinode: bool = 
     return pytorchjob.parameterized_manifest(cfg, refs=refs, multinode=multinode, **spec)
 
 
-def train_templates(cfg: PipelineConfig, settings: list[str]) -> list[tuple[Resource, str | None]]:
+def train_templates(
+    cfg: PipelineConfig, settings: list[str], *, source_keys: bool = False
+) -> list[tuple[Resource, str | None]]:
     """The training step's templates, each with the ``when`` that picks it (None: always).
 
     One for a TrainJob; two for a PyTorchJob: the Training Operator's webhook refuses a
     Worker replica of 0, so ``train`` (the Master alone) runs when the ``nodes``
     parameter is 1 and ``train-multinode`` (Master + nodes - 1 Workers) when it is more;
-    the other one is Skipped.
+    the other one is Skipped. Both are memoized with one key (flows/memo_keys.py): the
+    number of nodes is in it, as a parameter.
     """
     if cfg.train.launcher != "pytorchjob":
-        return [(train_template(cfg, settings), None)]
+        return [(train_template(cfg, settings, source_keys=source_keys), None)]
     nodes = parameters.ref("nodes")
     return [
-        (train_template(cfg, settings, multinode=False), f"{nodes} <= 1"),
-        (train_template(cfg, settings, multinode=True), f"{nodes} > 1"),
+        (train_template(cfg, settings, multinode=False, source_keys=source_keys), f"{nodes} <= 1"),
+        (train_template(cfg, settings, multinode=True, source_keys=source_keys), f"{nodes} > 1"),
     ]
 
 
 def train_template(
-    cfg: PipelineConfig, settings: list[str], *, multinode: bool = False
+    cfg: PipelineConfig,
+    settings: list[str],
+    *,
+    multinode: bool = False,
+    source_keys: bool = False,
 ) -> Resource:
     """``multinode``: the PyTorchJob with Workers, as template ``train-multinode``. The
-    manifest is the raw input artifact ``manifest`` (``manifestFrom``)."""
+    manifest is the raw input artifact ``manifest`` (``manifestFrom``); the outputs are
+    the job's name and what ``JOB_NOTES`` wrote into it."""
     text = job_manifest(cfg, settings, multinode=multinode)
     inputs: list[Parameter | Artifact] = [
         Parameter(name=n) for n in ("dataset-uri", "model-uri", "run-id")
     ]
+    inputs.append(max_age_input(cfg, "train"))
     inputs.append(RawArtifact(name="manifest", path=MANIFEST_PATH, data=text))
+    notes = [
+        Parameter(
+            name=name,
+            value_from=m.ValueFrom(json_path=f"{{.metadata.annotations.{APP}/{name}}}"),
+        )
+        for name in JOB_NOTES
+    ]
     success, failure = CONDITIONS[cfg.train.launcher]
     return Resource(
         name=MULTINODE if multinode else "train",
@@ -118,7 +158,11 @@ def train_template(
         failure_condition=failure,
         inputs=inputs,
         manifest_from=m.ManifestFrom(artifact=m.Artifact(name="manifest")),
-        outputs=[Parameter(name="job-name", value_from=m.ValueFrom(json_path="{.metadata.name}"))],
+        outputs=[
+            Parameter(name="job-name", value_from=m.ValueFrom(json_path="{.metadata.name}")),
+            *notes,
+        ],
+        memoize=memoize(cfg, "train", source=source_keys),
         active_deadline_seconds=cfg.cluster.active_deadline_seconds + JOB_DEADLINE_MARGIN_S,
         labels={f"{APP}/step": "train"},
     )

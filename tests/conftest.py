@@ -31,6 +31,7 @@ SLOW_FIXTURES = {
     "dry_run",  # tests/test_gpu_benchmark.py: benchmarks/gpu.py --quick
     "smoke_run",  # below (tests/pipeline_runs.py): the smoke pipeline, failed and resumed
     "transaction",  # tests/test_local_rollback.py: a first deployment
+    "memo_runs",  # tests/test_local_memo.py: runs after a change, over one memo cache
     "builds",  # tests/test_cluster_install.py: kustomize builds of every layer
 }
 
@@ -39,7 +40,15 @@ SLOW_FIXTURES = {
 # fixture once per worker and a module's fixture once per worker that runs one of its
 # tests: the tests that read one of these expensive fixtures are one group, run by one
 # worker, which builds it once. A test that reads several is in the first one's group.
-GROUPED_BY = ("bundle", "smoke_run", "transaction", "dry_run", "builds", "dataset_uri")
+GROUPED_BY = (
+    "bundle",
+    "smoke_run",
+    "transaction",
+    "memo_runs",
+    "dry_run",
+    "builds",
+    "dataset_uri",
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

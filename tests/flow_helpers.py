@@ -17,7 +17,7 @@ from flows.cifar import build_submission, build_template
 from flows.local.template_ref import resolve
 from flows.manifests import pytorchjob, trainjob
 from flows.manifests.pod import config_args, pod_env
-from flows.train_step import OWNER, job_labels
+from flows.train_step import OWNER, job_annotations, job_labels
 from steps.common.config import PipelineConfig, load_config
 from tests.conftest import REPO_ROOT, SHARED
 
@@ -32,6 +32,7 @@ STEP_IMAGES = {
     "serve-check": "serve",
     "rollback-alias": "serve",
     "close-run": "train",
+    "reuse-check": "train",  # the check of a memo hit (flows/reuse_step.py)
 }
 SECRETS = {  # sentinel values that must never reach a render or a request
     "AWS_ACCESS_KEY_ID": "AKIA-SENTINEL-0001",
@@ -95,29 +96,50 @@ def when_holds(condition: str) -> bool:
 
 
 def train_tasks(wf: dict[str, Any]) -> list[dict[str, Any]]:
+    """The DAG's training tasks, one per training template (not the runs again after a
+    dead memo hit, flows/reuse_step.py: they run the same templates)."""
     spec = wf["spec"].get("workflowSpec", wf["spec"])
     dag = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])["dag"]
-    return [t for t in dag["tasks"] if t["template"].startswith("train")]
+    return [
+        t for t in dag["tasks"] if t["template"].startswith("train") and t["name"] == t["template"]
+    ]
+
+
+def _on_tasks(condition: str) -> bool:
+    """A ``when`` on tasks' outputs (a tag, or an expression's ``tasks[...]``)."""
+    return "{{tasks." in condition or "tasks[" in condition
 
 
 def decide_whens(spec: dict[str, Any]) -> None:
     """Drop the tasks whose ``when`` on the workflow's parameters is false (Argo skips
     them; a plain dependency on a Skipped task holds) and their templates; the training
     template that runs is then named ``train``. A ``when`` on a task's outputs (deploy's,
-    on the benchmark's decision) is decided at run time and stays."""
+    on the benchmark's decision) is decided at run time and stays; of one joined by
+    ``&&`` with a condition on the parameters (a training task run again), that condition
+    is decided now."""
     found = {t["name"]: t for t in spec["templates"]}
     dag = found[spec["entrypoint"]]["dag"]
-    static = [t for t in dag["tasks"] if "when" in t and "{{tasks." not in t["when"]]
-    skipped = {t["name"] for t in static if not when_holds(t["when"])}
+    skipped: set[str] = set()
+    for task in dag["tasks"]:
+        if "when" not in task:
+            continue
+        conditions = task["when"].split(" && ")
+        decided = [c for c in conditions if not _on_tasks(c)]
+        if not all(when_holds(c) for c in decided):
+            skipped.add(task["name"])
+        kept = [c for c in conditions if _on_tasks(c)]
+        if kept:
+            task["when"] = " && ".join(kept)
+        else:
+            task.pop("when")
     dag["tasks"] = [t for t in dag["tasks"] if t["name"] not in skipped]
-    for task in static:
-        task.pop("when")
     for task in dag["tasks"]:
         if "depends" in task:
             names = [n.strip() for n in task["depends"].split("&&")]
             task["depends"] = " && ".join(n for n in names if n not in skipped)
-    for name in skipped:
-        del found[name]
+    used = {t["template"] for t in dag["tasks"]}
+    for name in skipped - used:
+        found.pop(name, None)  # a skipped training template (a task run again is none)
     if "train-multinode" in found:
         found["train"] = {**found.pop("train-multinode"), "name": "train"}
         for task in dag["tasks"]:
@@ -195,6 +217,7 @@ def described_job(cfg: PipelineConfig) -> dict[str, Any]:
         env=pod_env(cfg),
         labels=job_labels(cfg),
         owner=OWNER,
+        annotations=job_annotations(),
     )
     if cfg.train.launcher == "trainjob":
         return trainjob.to_manifest(trainjob.build_trainjob(cfg, **spec))

@@ -69,7 +69,7 @@ def test_no_container_step_mounts_the_workflow_accounts_token(name: str, launche
     cfg, found = templates(name, launcher)
     spec = cifar.build_template(cfg).to_dict()["spec"]
     containers = [t for t in found if "container" in t or "script" in t]
-    assert len(containers) == 7, [t["name"] for t in containers]
+    assert len(containers) == 8, [t["name"] for t in containers]  # reuse-check too
     for template in containers:
         pod = argo_pod_token(spec, template)
         assert pod["automount"] is False, template["name"]

@@ -67,8 +67,9 @@ def test_the_mlflow_token_secret_is_optional() -> None:
         (artifact,) = templates(wf)[name]["inputs"]["artifacts"]
         text = artifact["raw"]["data"]
         containers += [(name, c) for c in yaml.safe_load(text)["spec"]["predictor"]["containers"]]
-    # seven step containers (rollback-alias too), the Master and Worker, the two predictors
-    assert len(containers) == 11
+    # eight step containers (rollback-alias and reuse-check too), the Master and Worker, the
+    # two predictors
+    assert len(containers) == 12
     for where, container in containers:
         refs = {
             e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e

@@ -56,32 +56,68 @@ def test_golden_renders(path: Path) -> None:
         check_golden(f"{path.stem}-{kind}", doc.to_dict(), doc.to_yaml())
 
 
+def picked(output: str, *tasks: str) -> str:
+    """The expression that reads ``output`` of the first of ``tasks`` that Succeeded (a
+    memo hit does), else of the last: how a step's outputs reach what reads them
+    (flows/reuse_step.py), the run again's first."""
+    expression = f"tasks['{tasks[-1]}'].outputs.parameters['{output}']"
+    for task in reversed(tasks[:-1]):
+        value = f"tasks['{task}'].outputs.parameters['{output}']"
+        expression = f"(tasks['{task}'].status == 'Succeeded' ? {value} : {expression})"
+    return expression
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_dag_order_and_data_flow(path: Path) -> None:
-    """The DAG a run executes, with the parameters' defaults (one training task runs)."""
+    """The DAG a run executes, with the parameters' defaults (one training task runs): each
+    memoized step, the check of its memo hit and its run again (flows/reuse_step.py)."""
     wf = run_of(load_config(path))
     spec, t = wf["spec"], templates(wf)
     tasks = {task["name"]: task for task in t[spec["entrypoint"]]["dag"]["tasks"]}
     assert {n: task.get("depends") for n, task in tasks.items()} == {
         "create-run": None,
         "stage": None,
-        "train": "create-run && stage",
-        "optimize": "train",
-        "benchmark": "optimize",
-        "deploy": "benchmark",
+        "stage-reused": "stage && create-run",
+        "stage-again": "stage-reused",
+        "train": "create-run && stage && stage-again",
+        "train-reused": "train",
+        "train-again": "train-reused",
+        "optimize": "train && train-again",
+        "optimize-reused": "optimize",
+        "optimize-again": "optimize-reused",
+        "benchmark": "optimize && optimize-again",
+        "benchmark-reused": "benchmark",
+        "benchmark-again": "benchmark-reused",
+        "deploy": "benchmark && benchmark-again",
         "serve-check": "deploy",
         # deploy is a transaction: a failed deploy rolls back as a failed check does
         "rollback-alias": ROLLBACK_DEPENDS,
         "rollback-apply": ROLLBACK_DEPENDS,
         "rollback-delete": ROLLBACK_DEPENDS,
     }
-    promoted = "{{tasks.benchmark.outputs.parameters.promoted}} == true"
-    previous = "'{{tasks.benchmark.outputs.parameters.previous-version}}'"
+    trains = ("train", "train-multinode")  # one of them runs; its output is the one read
+    decided = {
+        "promoted": picked("promoted", "benchmark-again", "benchmark"),
+        "previous": picked("previous-version", "benchmark-again", "benchmark"),
+    }
+    ran = {
+        "stage": picked("workflow", "stage"),
+        "train": picked("workflow", *trains),
+        "optimize": picked("workflow", "optimize"),
+        "benchmark": picked("workflow", "benchmark"),
+    }
     assert {n: task.get("when") for n, task in tasks.items() if task.get("when")} == {
-        "deploy": promoted,
-        "serve-check": promoted,
-        "rollback-apply": f"{previous} != ''",
-        "rollback-delete": f"{previous} == ''",
+        # a hit handed on the outputs of another workflow: check them
+        **{f"{step}-reused": f"{{{{={ran[step]} != workflow.name}}}}" for step in ran},
+        # what it handed on is gone: run the step again
+        **{
+            f"{step}-again": f"'{{{{tasks.{step}-reused.outputs.parameters.gone}}}}' == 'true'"
+            for step in ran
+        },
+        "deploy": f"{{{{={decided['promoted']}}}}} == true",
+        "serve-check": f"{{{{={decided['promoted']}}}}} == true",
+        "rollback-apply": f"'{{{{={decided['previous']}}}}}' != ''",
+        "rollback-delete": f"'{{{{={decided['previous']}}}}}' == ''",
     }
     assert wf["metadata"]["generateName"] == "cifar-" and spec["onExit"] == "exit-handler"
     assert t["exit-handler"]["dag"]["tasks"] == [
@@ -98,15 +134,27 @@ def test_dag_order_and_data_flow(path: Path) -> None:
         if "arguments" in task
     }
     root = load_config(path).storage.root_uri.rstrip("/")
+    dataset = f"{{{{={picked('dataset-uri', 'stage-again', 'stage')}}}}}"
+    model = f"{{{{={picked('model-uri', 'train-again', 'train-multinode-again', *trains)}}}}}"
+    optimized = f"{{{{={picked('optimized', 'optimize-again', 'optimize')}}}}}"
     for name in ("train", "optimize", "benchmark"):
-        assert args[name]["dataset-uri"] == "{{tasks.stage.outputs.parameters.dataset-uri}}"
+        assert args[name]["dataset-uri"] == dataset  # the staged data, here or reused
         assert args[name]["run-id"] == "{{tasks.create-run.outputs.parameters.run-id}}"
-        assert args[name]["model-uri"] == f"{root}/runs/{{{{workflow.name}}}}/model"
-    assert args["benchmark"]["optimized-uri"] == args["optimize"]["optimized-uri"]
+        assert args[f"{name}-again"] == {**args[name], "memo-max-age": "0s"}
+    # where this run writes; what it reads: the outputs handed on, never recomputed
+    assert args["train"]["model-uri"] == f"{root}/runs/{{{{workflow.name}}}}/model"
+    assert args["optimize"]["model-uri"] == args["benchmark"]["model-uri"] == model
+    assert args["optimize"]["optimized-uri"] == f"{root}/runs/{{{{workflow.name}}}}/optimized"
+    assert args["benchmark"]["optimized-uri"] == optimized
+    assert args["benchmark"]["output-uri"] == f"{root}/runs/{{{{workflow.name}}}}/benchmark"
+    report = picked("report-uri", "benchmark-again", "benchmark")
+    assert args["serve-check"]["benchmark-uri"] == f"{{{{={report}}}}}"
+    version = f"{{{{={picked('model-version', 'benchmark-again', 'benchmark')}}}}}"
+    assert args["deploy"]["model-version"] == args["rollback-alias"]["version"] == version
     # The predictor's image is the one the benchmark chose for the version, and for the one
     # a rollback re-applies (cifar-serve, or cifar-optimize for a torch champion).
     for task, image in (("deploy", "serving-image"), ("rollback-apply", "previous-serving-image")):
-        assert args[task][image] == f"{{{{tasks.benchmark.outputs.parameters.{image}}}}}"
+        assert args[task][image] == f"{{{{={picked(image, 'benchmark-again', 'benchmark')}}}}}"
     run_id = t["create-run"]["outputs"]["parameters"][0]
     assert (run_id["globalName"], run_id["valueFrom"]["path"]) == (
         "mlflow-run-id",
@@ -132,6 +180,7 @@ def test_dag_order_and_data_flow(path: Path) -> None:
         "digest",
         "num-train",
         "num-test",
+        "workflow",  # the workflow that staged it (a hit: an earlier one)
     }
 
 
@@ -188,8 +237,13 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> 
     assert resource["failureCondition"] == ", ".join(
         f"status.conditions.{i}.type == Failed" for i in range(4)
     )
+    # the job's name, and what the job says of its run (its memo entry: flows/train_step.py)
     assert train["outputs"]["parameters"] == [
-        {"name": "job-name", "valueFrom": {"jsonPath": "{.metadata.name}"}}
+        {"name": "job-name", "valueFrom": {"jsonPath": "{.metadata.name}"}},
+        *(
+            {"name": n, "valueFrom": {"jsonPath": f"{{.metadata.annotations.cifar-pipeline/{n}}}"}}
+            for n in ("model-uri", "mlflow-run-id", "workflow")
+        ),
     ]
     job = job_of(manifest(path))
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
@@ -202,9 +256,9 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> 
 def test_every_pod_runs_as_non_root_without_capabilities(path: Path) -> None:
     wf = manifest(path)
     found = pods(wf)
-    # seven steps (rollback-alias too), the job's replicas, the InferenceService of deploy
-    # and of rollback-apply
-    assert len(found) == 7 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
+    # eight steps (rollback-alias and reuse-check too), the job's replicas, the
+    # InferenceService of deploy and of rollback-apply
+    assert len(found) == 8 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
     for where, pod_ctx, container in found:
         ctx = container["securityContext"]
         assert pod_ctx and pod_ctx["runAsNonRoot"] and pod_ctx["runAsUser"] > 0, where

@@ -84,8 +84,16 @@ def test_no_mode_flag_runs_the_workflow_locally(monkeypatch) -> None:
     # (--set in the template's defaults, -p in the run's parameters: the manifest is all)
     assert wf["kind"] == "Workflow" and wf["spec"]["workflowTemplateRef"] == {"name": APP}
     # closing: the CLI's lines after the run (flows/hints.py), as tests/test_first_hour.py runs
-    assert set(kw) == {"workflow_templates", "parameters", "resume", "closing"}
+    assert set(kw) == {
+        "workflow_templates",
+        "parameters",
+        "resume",
+        "closing",
+        "no_cache",
+        "refresh",
+    }
     assert kw["resume"] is None
+    assert (kw["no_cache"], kw["refresh"]) == (False, [])  # reuse what the memo cache holds
     assert kw["parameters"] == {"lr": "0.5"}
     ((template,),) = [kw["workflow_templates"]]
     assert template["kind"] == "WorkflowTemplate" and template["metadata"]["name"] == APP

@@ -50,6 +50,7 @@ def test_the_template_with_its_defaults_runs_the_config(path: Path) -> None:
         "serve-check",
         "rollback-alias",
         "close-run",
+        "reuse-check",
     }
     for name, args in steps.items():
         assert config_of(args)[1] == wanted, name
@@ -89,7 +90,10 @@ def test_a_gang_of_every_pod_follows_nodes() -> None:
 def test_the_staging_cache_key_is_hashed_from_the_source_parameter() -> None:
     stage = templates(build_template(load_config(CONFIGS[0])).to_dict())["stage"]
     key = stage["memoize"]["key"]
-    assert key.endswith("{{=sprig.trunc(16, sprig.sha256sum(workflow.parameters['data-source']))}}")
+    # flows/memo_keys.py: the parameters part, a tag Argo evaluates per run
+    assert key.endswith(
+        "-p{{=sprig.trunc(12, sprig.sha256sum(workflow.parameters['data-source']))}}"
+    )
     args = stage["container"]["args"]
     # the source reaches staging once, through the config, as every step's settings do
     assert "data.source={{workflow.parameters.data-source}}" in args

@@ -8,7 +8,9 @@ One run (conftest.py's session fixture ``smoke_run``, tests/pipeline_runs.py), s
 the tests below and tests/test_review_smoke.py, which only read it: staging fails on a
 tarball whose upload is not complete yet, the run is resumed as printed once the upload is
 whole, and it ends with the first champion deployed, checked live and stopped. Then the
-same data source again: a second workflow whose staging is served from the memo cache."""
+same run again: a second workflow that reuses stage, train, optimize and benchmark from
+the memo cache (their keys did not change) and deploys and checks the champion they
+decided."""
 
 from __future__ import annotations
 
@@ -105,8 +107,10 @@ def test_each_step_reports_its_work_and_its_start_up(smoke_run) -> None:
 
 
 def test_a_second_run_of_the_same_source_is_served_from_the_memo_cache(smoke_run) -> None:
-    """A new workflow from the same data source: staging Cached (its memo key is the
-    source's hash, flows/cifar.py), the rest run (SMALL, as the first): it adds a run beside
+    """A new workflow with nothing changed: every memoized step Cached from the first (their
+    keys, flows/memo_keys.py, are the same), each hit checked (its objects are there) and
+    recorded in the new MLflow run; deploy and serve-check, never memoized, follow the
+    reused decision: the alias is still on the version it promoted. It adds a run beside
     the shared one and changes none of it."""
     run, mlflow = smoke_run
     assert run.resumed.returncode == 0, run.resumed.stderr[-3000:]
@@ -114,10 +118,15 @@ def test_a_second_run_of_the_same_source_is_served_from_the_memo_cache(smoke_run
     assert second.returncode == 0, second.stderr[-3000:]
     second_dir = only_run_dir(run.cwd, exclude={run.run_dir})
     state = state_of(second_dir)
-    assert state["tasks"]["stage"]["state"] == "Cached"
-    assert "memoized" in second.stderr
-    assert all(state["tasks"][t]["state"] == "Succeeded" for t in STEPS if t != "stage")
-    # deploy and serve-check follow the benchmark's decision: Skipped when the alias stayed
+    reused = ["stage", "train", "optimize", "benchmark"]
+    assert {t: state["tasks"][t]["state"] for t in reused} == dict.fromkeys(reused, "Cached")
+    assert f"memoized: reused from {run.run_dir.name}" in second.stderr
+    assert {state["tasks"][f"{t}-reused"]["state"] for t in reused} == {"Succeeded"}
+    assert {state["tasks"][f"{t}-again"]["state"] for t in reused} == {"Skipped"}
+    # the earlier run's outputs are what the reusing tasks read
+    assert state["tasks"]["train"]["outputs"]["model-uri"].endswith(
+        f"/runs/{run.run_dir.name}/model"
+    )
     promoted = state["tasks"]["benchmark"]["outputs"]["promoted"] == "true"
     expected = "Succeeded" if promoted else "Skipped"
     assert {t: state["tasks"][t]["state"] for t in ("deploy", "serve-check")} == dict.fromkeys(
@@ -125,3 +134,6 @@ def test_a_second_run_of_the_same_source_is_served_from_the_memo_cache(smoke_run
     )
     new_run = state["globals"]["workflow.outputs.parameters.mlflow-run-id"]
     assert new_run != run.run_id and mlflow.get_run(new_run).info.status == "FINISHED"
+    tags = mlflow.get_run(new_run).data.tags
+    assert tags["reused.train.run_id"] == run.run_id
+    assert tags["reused.benchmark.workflow"] == run.run_dir.name

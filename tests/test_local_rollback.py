@@ -80,7 +80,7 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
     env |= {"CIFAR_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO_ROOT)}
     handler = CheckMadeToFail()
 
-    def run_pipeline(handler: SubprocessHandler) -> RunResult:
+    def run_pipeline(handler: SubprocessHandler, refresh: tuple[str, ...] = ()) -> RunResult:
         return LocalRunner(
             build_submission(cfg).to_dict(),
             cwd / "runs",
@@ -89,6 +89,7 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
             env=env,
             workflow_templates=[build_template(cfg).to_dict()],
             cache_dir=tmp_path / "cache",
+            refresh=refresh,
         ).run()
 
     result = run_pipeline(handler)
@@ -136,10 +137,12 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
 
     # Run again against a champion no model here can beat (its accuracy tag set by hand to
     # 2): the alias stays where it is, so deploy and serve-check are Skipped, the rollbacks
-    # Omitted (their depends never met), nothing is served and the run Succeeds.
+    # Omitted (their depends never met), nothing is served and the run Succeeds. The
+    # benchmark is refreshed (as --refresh benchmark): its earlier decision is not
+    # reused; stage, train and optimize are (their keys did not change).
     client.set_model_version_tag(MODEL, version, "accuracy", "2.0")
     client.set_registered_model_alias(MODEL, "champion", version)
-    again = run_pipeline(SubprocessHandler())
+    again = run_pipeline(SubprocessHandler(), refresh=("benchmark",))
     states = {name: task.state.value for name, task in again.tasks.items()}
     assert again.status == "Succeeded", again.failed_task
     assert again.tasks["benchmark"].outputs["promoted"] == "false"
@@ -148,6 +151,7 @@ def test_a_failed_live_check_rolls_back_the_first_deployment(
     assert states["rollback-alias"] == "Omitted"
     assert client.get_model_version_by_alias(MODEL, "champion").version == version
     assert json.loads((again.run_dir / "state.json").read_text()).get("services", {}) == {}
+    assert {states[t] for t in ("stage", "train", "optimize")} == {"Cached"}
 
 
 # --- deploy as a transaction, over a previous version that serves ---------------------
@@ -211,6 +215,9 @@ def transaction(tmp_path_factory: pytest.TempPathFactory, mlflow_server: MLflowS
 
 
 def pipeline_runner(found: dict, handler: SubprocessHandler) -> LocalRunner:
+    """A run of the fixture's config; after the first, the benchmark is refreshed (as
+    --refresh benchmark): each run registers a version of its own, over the stage, train
+    and optimize the first run left in the memo cache."""
     cfg = found["cfg"]
     return LocalRunner(
         build_submission(cfg).to_dict(),
@@ -220,6 +227,7 @@ def pipeline_runner(found: dict, handler: SubprocessHandler) -> LocalRunner:
         env=found["env"],
         workflow_templates=[build_template(cfg).to_dict()],
         cache_dir=found["root"] / "cache",
+        refresh=("benchmark",),
     )
 
 

@@ -170,12 +170,15 @@ def test_a_resource_other_than_a_training_job_is_refused(tmp_path: Path) -> None
 
 
 def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path) -> None:
-    """flows/cifar.py's memoize key hashes the data-source parameter with Sprig, and
-    flows/train_step.py's multi-node job counts Workers as {{=asInt(nodes) - 1}}."""
+    """flows/memo_keys.py's keys hash the parameters and inputs with Sprig (what its
+    ``part`` computes), and flows/train_step.py's multi-node job counts Workers as
+    {{=asInt(nodes) - 1}}."""
+    from flows import memo_keys
     from flows.cifar import build_submission, build_template
     from flows.local.nodes.scope import scope_of
     from flows.local.substitution import substitute
     from steps.common.config import REPO_ROOT, load_config
+    from tests.flow_helpers import parameter_values
 
     cfg = load_config(REPO_ROOT / "configs" / "smoke.yaml")
     values = {"nodes": "3", "data-source": "synthetic:64"}
@@ -189,7 +192,11 @@ def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path
         runner.state, {f"inputs.parameters.{n}": n for n in ("dataset-uri", "model-uri", "run-id")}
     )
     key = substitute(runner.templates["stage"]["memoize"]["key"], scope)
-    assert key.endswith("-" + hashlib.sha256(b"synthetic:64").hexdigest()[:16])
+    assert key.endswith("-p" + hashlib.sha256(b"synthetic:64").hexdigest()[:12])
+    train_key = substitute(runner.templates["train"]["memoize"]["key"], scope)
+    given = parameter_values(build_template(cfg).to_dict(), **values)
+    used = [given[p] for p in memo_keys.STEPS["train"].params]
+    assert train_key.endswith(f"-p{memo_keys.part(used)}-u{memo_keys.part(['dataset-uri'])}")
     manifest = yaml.safe_load(
         substitute(
             runner.templates["train-multinode"]["inputs"]["artifacts"][0]["raw"]["data"], scope
@@ -209,6 +216,7 @@ def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) 
     import subprocess
     import sys
 
+    from flows.memo_keys import STEPS as MEMOIZED
     from steps.common.config import REPO_ROOT
     from tests.pipeline_runs import SMALL, sets
 
@@ -231,6 +239,8 @@ def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) 
         **dict.fromkeys(["deploy", "serve-check"], "Succeeded"),
         **dict.fromkeys(["rollback-alias", "rollback-apply", "rollback-delete"], "Omitted"),
         "onExit.delete-train-job": "Skipped",  # the workflow Succeeded: nothing to clean up
+        # a fresh memo cache: no hit to check, nothing to run again (flows/reuse_step.py)
+        **{f"{step}-{what}": "Skipped" for step in MEMOIZED for what in ("reused", "again")},
     }
     assert tasks["train"]["outputs"]["job-name"].startswith("cifar-train-")
     manifest = state["manifest"]  # the Workflow joined with the template, -p first

@@ -311,7 +311,9 @@ def test_a_local_run_of_a_trainjob_config_runs_the_trainjob(monkeypatch, tmp_pat
     in tests/test_local_templates.py)."""
     seen = {}
 
-    def fake_run_local(workflow, *, workflow_templates, parameters, resume=None, closing=None):
+    def fake_run_local(
+        workflow, *, workflow_templates, parameters, resume=None, **memo_and_closing
+    ):
         seen.update(workflow=workflow.to_dict(), templates=workflow_templates)
         return 0
 

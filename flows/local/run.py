@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ def run_local(
     workflow_templates: list[dict[str, Any]] | None = None,
     parameters: dict[str, str] | None = None,
     closing: Closing | None = None,
+    no_cache: bool = False,
+    refresh: Collection[str] = (),
 ) -> int:
     """Run a Hera Workflow (or its manifest) here with live progress and a summary.
 
@@ -33,6 +35,7 @@ def run_local(
     SIGINT / SIGTERM / SIGHUP. The manifest carries everything the run needs. ``closing``
     gives the last lines (what to do next) from the runner and the result (None when a
     signal stopped the run); by default, how to resume a run that did not succeed.
+    ``no_cache`` and ``refresh`` (task names): memo entries not taken (LocalRunner).
     """
     closing = closing or resume_hint
     console = console or Console(stderr=True, soft_wrap=True)
@@ -40,7 +43,14 @@ def run_local(
     view = LiveView(console)
     page = PageWriter()  # runs/<name>/index.html, rewritten as the nodes change
     if resume is not None:
-        runner = LocalRunner.resume(Path(resume), on_change=view, cache_dir=cache_dir, on_save=page)
+        runner = LocalRunner.resume(
+            Path(resume),
+            on_change=view,
+            cache_dir=cache_dir,
+            no_cache=no_cache,
+            refresh=refresh,
+            on_save=page,
+        )
         console.print(f"Resuming {runner.name} from {runner.run_dir}")
     else:
         manifest = workflow if isinstance(workflow, dict) else workflow.to_dict()
@@ -52,6 +62,8 @@ def run_local(
             workflow_templates=[t if isinstance(t, dict) else t.to_dict() for t in templates],
             parameters=parameters,
             on_save=page,
+            no_cache=no_cache,
+            refresh=refresh,
         )
         console.print(f"Running workflow {runner.name} locally; logs in {runner.run_dir}/logs")
     console.print(f"Its page: {runner.run_dir / PAGE}", highlight=False)

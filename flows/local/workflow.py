@@ -17,14 +17,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from flows.local.checks.fields import unsupported
 from flows.local.checks.lint import lint
 from flows.local.errors import UnsupportedFeature
-from flows.local.memo import MemoCache, default_cache_dir
+from flows.local.memo import MemoCache, default_cache_dir, with_dependents
 from flows.local.nodes.node import run_node
 from flows.local.pods.manifest import serves
 from flows.local.pods.pod import Pods
@@ -59,7 +59,11 @@ class LocalRunner:
         parameters: dict[str, str] | None = None,
         lock_dir: Path | None = None,
         on_save: Callable[[Path], None] | None = None,
+        no_cache: bool = False,
+        refresh: Collection[str] = (),
     ) -> None:
+        """``no_cache``: no memo entry is taken (successes are still stored); ``refresh``:
+        none for these tasks of the entrypoint's DAG and every task that depends on one."""
         manifest = resolve(manifest, workflow_templates or (), parameters)
         problems = unsupported(manifest) + lint(manifest)
         if problems:
@@ -73,12 +77,18 @@ class LocalRunner:
         self.run_dir = Path(runs_dir) / self.name
         self.on_change = on_change or (lambda runner: None)
         self.on_save = on_save  # state.json written: what follows it (the run's page)
+        entry_tasks = self.templates[spec["entrypoint"]].get("dag", {}).get("tasks", [])
+        memo = MemoCache(
+            cache_dir or default_cache_dir(),
+            no_cache=no_cache,
+            refresh=with_dependents(entry_tasks, refresh) if refresh else (),
+        )
         self.state = RunState(
             name=self.name,
             manifest=manifest,
             run_dir=self.run_dir,
             templates=self.templates,
-            memo=MemoCache(cache_dir or default_cache_dir()),
+            memo=memo,
             cwd=cwd or Path.cwd(),
             on_change=self._changed,
         )

@@ -220,8 +220,10 @@ def build_pytorchjob(
     env: list[EnvSpec],
     labels: dict[str, str],
     owner: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> kf.KubeflowOrgV1PyTorchJob:
-    """``owner``: the job's ownerReference (its workflow), as Kubernetes JSON."""
+    """``owner``: the job's ownerReference (its workflow), as Kubernetes JSON;
+    ``annotations``: the job's own (not its pods')."""
     counts = replica_counts(cfg)
     container = build_container(cfg, image=cfg.images.image("train"), args=args, env=env)
     template = build_pod_template(cfg, container, labels)
@@ -237,6 +239,7 @@ def build_pytorchjob(
         metadata=k8s.V1ObjectMeta(
             generate_name=generate_name(cfg.cluster.job_name_prefix, counts),
             labels=dict(labels),
+            annotations=dict(annotations) if annotations else None,
             owner_references=_owner(owner),
         ),
         spec=kf.KubeflowOrgV1PyTorchJobSpec(
@@ -265,6 +268,7 @@ def parameterized_manifest(
     refs: dict[str, str],
     multinode: bool,
     owner: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> str:
     """The job as YAML text whose size follows Argo parameters: ``refs`` maps ``nodes``,
     ``workers`` (an integer expression: nodes - 1), ``gpus-per-node`` and ``nproc-per-node``
@@ -279,7 +283,10 @@ def parameterized_manifest(
     if not multinode:
         size.update(nodes=1, elastic_min_nodes=None)
     planned = cfg.model_copy(update={"cluster": c.model_copy(update=size)})
-    job = to_manifest(build_pytorchjob(planned, args=args, env=env, labels=labels, owner=owner))
+    built = build_pytorchjob(
+        planned, args=args, env=env, labels=labels, owner=owner, annotations=annotations
+    )
+    job = to_manifest(built)
     spec = job["spec"]
     if multinode:
         specs = spec["pytorchReplicaSpecs"]

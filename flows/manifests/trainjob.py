@@ -189,9 +189,11 @@ def build_trainjob(
     nproc: int | str | None = None,
     gpus: str | None = None,
     owner: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> tm.TrainerV1alpha1TrainJob:
     """The TrainJob; ``nodes``, ``nproc`` and ``gpus`` default to the config's values;
-    ``owner``: its ownerReference (the workflow), as Kubernetes JSON."""
+    ``owner``: its ownerReference (the workflow), as Kubernetes JSON; ``annotations``:
+    the TrainJob's own."""
     c = cfg.cluster
     nccl = network.nccl_env(cfg)
     trainer = tm.TrainerV1alpha1Trainer.from_dict(
@@ -212,6 +214,7 @@ def build_trainjob(
         metadata=tm.IoK8sApimachineryPkgApisMetaV1ObjectMeta(
             generate_name=f"{dns1035(c.job_name_prefix, NAME_BUDGET)}-",
             labels=dict(labels),
+            annotations=dict(annotations) if annotations else None,
             owner_references=owners,
         ),
         spec=tm.TrainerV1alpha1TrainJobSpec(
@@ -242,12 +245,21 @@ def parameterized_manifest(
     labels: dict[str, str],
     refs: dict[str, str],
     owner: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> str:
     """The TrainJob as YAML text whose size follows Argo parameters (``refs``: ``nodes``,
     ``nproc-per-node``, ``gpus-per-node``); GPU requests always set (``"0"`` asks none)."""
     cfg.processes_per_node()  # refuses more processes than GPUs in the config itself
     job = build_trainjob(
-        cfg, args=args, env=env, labels=labels, nodes=1, nproc=1, gpus="1", owner=owner
+        cfg,
+        args=args,
+        env=env,
+        labels=labels,
+        nodes=1,
+        nproc=1,
+        gpus="1",
+        owner=owner,
+        annotations=annotations,
     )
     data = to_manifest(job)
     trainer = data["spec"]["trainer"]

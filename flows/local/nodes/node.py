@@ -31,7 +31,7 @@ from flows.local.pods.pod import Pods
 from flows.local.pods.retry import retry_placeholders
 from flows.local.state import RunState
 from flows.local.status import FAIL_FAST_MESSAGE, TaskRecord, TaskState, file_name
-from flows.local.substitution import substitute_all
+from flows.local.substitution import substitute, substitute_all
 
 MAX_THREADS = 4096  # no template parallelism: every ready node at once, as Argo
 
@@ -62,15 +62,18 @@ def run_node(
             return
         scope = {**scope_of(state, inputs), **retry_placeholders(template)}
         resolved = substitute_all({k: v for k, v in template.items() if k != "outputs"}, scope)
-        resolved["outputs"] = template.get("outputs", {})
-        hit = state.memo.get(resolved, state.cwd)
-        if hit:
-            record.outputs = hit[0]
-            record.state, record.message = TaskState.CACHED, f"memoized: reused {hit[1].name}"
+        resolved["outputs"] = output_defaults(template.get("outputs", {}), scope)
+        hit = state.memo.get(resolved, state.cwd, record.name)
+        if hit and not hit.gone:
+            record.outputs = hit.outputs
+            record.state, record.message = TaskState.CACHED, cached_note(hit.workflow, state.name)
         else:
+            note = f"ran again: the memo from {hit.workflow or 'a run'}: {hit.gone}" if hit else ""
+            record.message = note  # a hit whose local files are gone runs again, and says so
             pods.run(record, resolved)
             if record.state is TaskState.SUCCEEDED:  # Argo caches successes only
-                state.memo.put(resolved, record.outputs, state.cwd)
+                state.memo.put(resolved, record.outputs, state.cwd, state.name)
+                record.message = record.message or note
         export_globals(state, template, record)
     except ExpressionError as exc:  # Argo: the node is an Error, not retried
         record.state, record.message = TaskState.ERROR, str(exc)
@@ -86,6 +89,27 @@ def run_node(
             handle.write(traceback.format_exc())
     finally:
         record.finished = time.time()
+
+
+def output_defaults(outputs: dict[str, Any], scope: dict[str, str]) -> dict[str, Any]:
+    """A pod's declared outputs with their ``valueFrom.default`` filled in: Argo substitutes
+    the whole template before the pod starts (v4.0.5 workflow/common/util.go
+    ``SubstituteParams``), so a default may be ``{{workflow.name}}`` or an input."""
+    parameters = []
+    for parameter in outputs.get("parameters", []):
+        source = parameter.get("valueFrom") or {}
+        if isinstance(source.get("default"), str) and "{{" in source["default"]:
+            source = {**source, "default": substitute(source["default"], scope)}
+            parameter = {**parameter, "valueFrom": source}
+        parameters.append(parameter)
+    return {**outputs, "parameters": parameters} if parameters else outputs
+
+
+def cached_note(workflow: str, this_run: str) -> str:
+    """The task table's note of a memo hit: the run it came from."""
+    if not workflow or workflow == this_run:
+        return "memoized: reused"
+    return f"memoized: reused from {workflow}"
 
 
 def _run_composite(

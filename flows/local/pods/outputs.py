@@ -20,8 +20,10 @@ RESULT_BYTES = 256 * 1024  # Argo keeps the last 256 kB of a result
 
 
 def json_path(document: Mapping[str, Any], path: str) -> str:
-    """A kubectl-style ``{.a.b}`` path (the subset Argo's resource outputs use)."""
-    match = re.fullmatch(r"\{?\.?([\w.-]*)\}?", path.strip())
+    """A kubectl-style ``{.a.b}`` path (the subset Argo's resource outputs use). A field
+    name ends at ``.`` only, so ``-`` and ``/`` belong to it, as in an annotation's key
+    (client-go util/jsonpath/parser.go ``isTerminator``)."""
+    match = re.fullmatch(r"\{?\.?([\w./-]*)\}?", path.strip())
     if not match:
         raise UnsupportedFeature(f"jsonPath {path!r}")
     node: Any = document

@@ -11,6 +11,7 @@ from steps.common.config.fields import (
     CronName,
     CronSchedule,
     Duration,
+    ImageDigest,
     ImageTag,
     KubeName,
     Quantity,
@@ -111,9 +112,13 @@ class ClusterConfig(Section):
     pvc: KubeName | None = Field(None, description="PersistentVolumeClaim mounted in every pod")
     pvc_mount_path: str = Field("/mnt/cifar", description="where cluster.pvc is mounted")
     cache_configmap: KubeName = Field(
-        "cifar-pipeline-cache", description="ConfigMap of Argo's memoization cache (staging)"
+        "cifar-pipeline-cache",
+        description="ConfigMap of Argo's memoization cache (stage, train, optimize, benchmark)",
     )
     stage_cache_max_age: Duration = Field("720h", description="memoized staging reused this long")
+    memo_max_age: Duration = Field(
+        "720h", description="memoized train, optimize and benchmark reused this long"
+    )
     pod_gc: Literal[
         "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion", "OnWorkflowSuccess"
     ] = Field("OnWorkflowSuccess", description="when Argo deletes finished pods")
@@ -155,15 +160,26 @@ class ClusterConfig(Section):
         return self
 
 
+ImageName = Literal["data", "train", "optimize", "serve"]
+
+
 class ImagesConfig(Section):
     registry: str = Field("ghcr.io/cifar-pipeline", description="image registry and path")
     tag: ImageTag = Field(default_factory=package_version, description="image tag: the version")
+    digests: dict[ImageName, ImageDigest] = Field(
+        default_factory=dict,
+        description="image -> sha256:<64 hex> pinned (data, train, optimize, serve): "
+        "referenced as name:tag@digest",
+    )
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", description="imagePullPolicy of every step"
     )
 
-    def image(self, step: Literal["data", "train", "optimize", "serve"]) -> str:
-        return f"{self.registry}/cifar-{step}:{self.tag}"
+    def image(self, step: ImageName) -> str:
+        """The image reference: its tag, and its digest where the config pins one (the
+        registry then serves exactly that image, whatever the tag points to now)."""
+        digest = self.digests.get(step)
+        return f"{self.registry}/cifar-{step}:{self.tag}" + (f"@{digest}" if digest else "")
 
 
 class ScheduleConfig(Section):

@@ -192,3 +192,8 @@ def _versioned(value: str) -> str:
 
 
 ImageTag = Annotated[str, AfterValidator(_versioned)]
+
+ImageDigest = Annotated[
+    str,
+    _matching(r"sha256:[0-9a-f]{64}", "{value!r} is not an image digest: sha256:<64 hex digits>"),
+]

@@ -224,16 +224,25 @@ def test_secrets_only_by_reference(path: Path, monkeypatch: pytest.MonkeyPatch, 
     assert not [v for v in SECRETS.values() if v in text]
     text = yaml.safe_dump(next(yaml.safe_load_all(text)))  # the WorkflowTemplate
     c = load_config(path).cluster
-    wanted = {"AWS_ACCESS_KEY_ID": c.s3_secret, "AWS_SECRET_ACCESS_KEY": c.s3_secret}
-    wanted = wanted if "s3://" in text else {}  # S3 keys only where some URI is s3://
-    wanted |= {"MLFLOW_TRACKING_TOKEN": c.mlflow_secret} if c.mlflow_secret else {}
+
+    def wanted(s3: str, mlflow: str | None) -> dict[str, str]:
+        found = {"AWS_ACCESS_KEY_ID": s3, "AWS_SECRET_ACCESS_KEY": s3}
+        found = found if "s3://" in text else {}  # S3 keys only where some URI is s3://
+        users = {"MLFLOW_TRACKING_USERNAME": mlflow, "MLFLOW_TRACKING_PASSWORD": mlflow}
+        return found | (users if mlflow else {})
+
+    steps = wanted(c.s3_secret, c.mlflow_secret)
+    predictor = wanted(c.predictor_s3_secret, c.predictor_mlflow_secret)  # its own, read-only
     for where, _, container in pods(yaml.safe_load(text)):
         secret_env = {
             env["name"]: env["valueFrom"]["secretKeyRef"]
             for env in container.get("env", [])
-            if re.search(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY", env["name"])
+            if re.search(r"SECRET|TOKEN|PASSWORD|USERNAME|ACCESS_KEY", env["name"])
         }
-        assert {k: ref["name"] for k, ref in secret_env.items()} == wanted, where
+        serves = where in ("deploy", "rollback-apply")
+        assert {k: ref["name"] for k, ref in secret_env.items()} == (
+            predictor if serves else steps
+        ), where
         assert all(ref["key"] == name for name, ref in secret_env.items()), where
 
 

@@ -11,8 +11,9 @@ inference_service_status.go PropagateModelStatus) running ``python -m steps.serv
 ``cifar-serve`` image. Its pod parts are built on the Kubernetes client's typed models and
 serialised as the API server takes them (as flows/manifests/pytorchjob.py does); the
 envelope is plain data. The pod runs as every pod of the pipeline does
-(flows/manifests/pod.py): no root, no capabilities, Secrets by reference only, and no
-service-account token (the server talks to MLflow and S3, never to the API server).
+(flows/manifests/pod.py): no root, no capabilities, Secrets by reference only (its own:
+``predictor_env``, read-only in S3 and MLflow), and no service-account token (the server
+talks to MLflow and S3, never to the API server).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from flows.manifests.names import labels as app_labels
 from flows.manifests.pod import (
     config_args,
     container_security,
-    pod_env,
     pod_security,
+    predictor_env,
     toleration,
 )
 from steps.common.config import PipelineConfig
@@ -87,7 +88,7 @@ def build_container(cfg: PipelineConfig, *, model_uri: str, settings: list[str])
         image_pull_policy=cfg.images.pull_policy,
         command=["python", "-m", "steps.serve"],
         args=[*args, *server_settings(settings)],
-        env=[item.k8s() for item in pod_env(cfg)],
+        env=[item.k8s() for item in predictor_env(cfg)],
         ports=[k8s.V1ContainerPort(container_port=port, protocol="TCP")],
         # Ready once the model is loaded; a load may take a while (the registry, S3), so
         # liveness gives the process room and only restarts one that stops answering.

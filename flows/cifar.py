@@ -31,7 +31,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from hera.workflows import DAG, CronWorkflow, Parameter, Workflow, WorkflowTemplate
+from hera.workflows import DAG, Container, CronWorkflow, Parameter, Workflow, WorkflowTemplate
 from hera.workflows import models as m
 
 from flows import parameters
@@ -39,9 +39,9 @@ from flows.manifests.names import APP, annotations, labels, run_root, workflow_u
 from flows.manifests.pod import DATA_VOLUME, ISTIO_INJECT, pod_security
 from flows.optimize_step import benchmark_template, optimize_template
 from flows.parameters import step_settings
-from flows.serving_step import serving_templates
+from flows.serving_step import ServingTemplates, restore_template, serving_templates
 from flows.stage_step import stage_template
-from flows.tracking_step import close_run_template, create_run_template
+from flows.tracking_step import RUN_ID_GLOBAL, close_run_template, create_run_template
 from flows.train_step import delete_template, delete_when, train_templates
 from steps.common.config import PipelineConfig
 
@@ -122,11 +122,33 @@ def _define(cfg: PipelineConfig) -> None:
 
     close_run = close_run_template(cfg, settings, argo_link)
     delete_job = delete_template(cfg)
+    run_global = f"{{{{workflow.outputs.parameters.{RUN_ID_GLOBAL}}}}}"
+    restore = restore_template(cfg, settings, run_global) if cfg.serving.enabled else None
     with DAG(name=EXIT_HANDLER):  # run whatever happened
         close_run(name="close-run")
         # training did not succeed (its job failed, or `argo stop` stopped it): its pods
         # free their GPUs now, before the workflow's TTL would take the job with it
         delete_job(name="delete-train-job", when=delete_when())
+        if restore is not None:  # a stopped run restores the champion (flows/serving_step.py)
+            _restore_champion(serving, restore, run_global)
+
+
+def _restore_champion(serving: ServingTemplates, restore: Container, run_id: str) -> None:
+    """In the exit handler, for a run that did not succeed: the alias back if this run moved
+    it and its check never passed (``argo stop`` skipped the rollbacks), then the service
+    back on the version before, or deleted after a first deployment."""
+    restore(name="restore-champion", when="{{workflow.status}} != Succeeded")
+    again = f"{_output('restore-champion', 'restore-service')} == true"
+    previous = _output("restore-champion", "previous-version")
+    done = "restore-champion.Succeeded"
+    serving.rollback_apply(
+        name="restore-apply",
+        depends=done,
+        when=f"{again} && '{previous}' != ''",
+        arguments={"previous-version": previous, "run-id": run_id},
+    )
+    deleted = f"{again} && '{previous}' == ''"
+    serving.rollback_delete(name="restore-delete", depends=done, when=deleted)
 
 
 def _output(task: str, name: str) -> str:

@@ -32,6 +32,7 @@ STEP_IMAGES = {
     "serve-check": "serve",
     "rollback-alias": "serve",
     "close-run": "train",
+    "restore-champion": "serve",
 }
 SECRETS = {  # sentinel values that must never reach a render or a request
     "AWS_ACCESS_KEY_ID": "AKIA-SENTINEL-0001",

@@ -84,12 +84,38 @@ def test_dag_order_and_data_flow(path: Path) -> None:
         "rollback-delete": f"{previous} == ''",
     }
     assert wf["metadata"]["generateName"] == "cifar-" and spec["onExit"] == "exit-handler"
+    restored = "{{tasks.restore-champion.outputs.parameters.restore-service}}"
+    restored_to = "{{tasks.restore-champion.outputs.parameters.previous-version}}"
     assert t["exit-handler"]["dag"]["tasks"] == [
         {"name": "close-run", "template": "close-run"},
         {
             "name": "delete-train-job",
             "template": "delete-train-job",
             "when": delete_when(),  # training itself did not succeed (tests/test_conformance_jobs)
+        },
+        # a stopped run restores the champion (tests/test_restore_champion.py)
+        {
+            "name": "restore-champion",
+            "template": "restore-champion",
+            "when": "{{workflow.status}} != Succeeded",
+        },
+        {
+            "name": "restore-apply",
+            "template": "rollback-apply",
+            "depends": "restore-champion.Succeeded",
+            "when": f"{restored} == true && '{restored_to}' != ''",
+            "arguments": {
+                "parameters": [
+                    {"name": "previous-version", "value": restored_to},
+                    {"name": "run-id", "value": "{{workflow.outputs.parameters.mlflow-run-id}}"},
+                ]
+            },
+        },
+        {
+            "name": "restore-delete",
+            "template": "rollback-delete",
+            "depends": "restore-champion.Succeeded",
+            "when": f"{restored} == true && '{restored_to}' == ''",
         },
     ]
     args = {
@@ -193,9 +219,9 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> 
 def test_every_pod_runs_as_non_root_without_capabilities(path: Path) -> None:
     wf = manifest(path)
     found = pods(wf)
-    # seven steps (rollback-alias too), the job's replicas, the InferenceService of deploy
-    # and of rollback-apply
-    assert len(found) == 7 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
+    # eight steps (rollback-alias and the exit handler's restore-champion too), the job's
+    # replicas, the InferenceService of deploy and of rollback-apply
+    assert len(found) == 8 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
     for where, pod_ctx, container in found:
         ctx = container["securityContext"]
         assert pod_ctx and pod_ctx["runAsNonRoot"] and pod_ctx["runAsUser"] > 0, where

@@ -50,6 +50,7 @@ def test_the_template_with_its_defaults_runs_the_config(path: Path) -> None:
         "serve-check",
         "rollback-alias",
         "close-run",
+        "restore-champion",
     }
     for name, args in steps.items():
         assert config_of(args)[1] == wanted, name

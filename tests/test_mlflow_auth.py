@@ -26,7 +26,9 @@ from tests.cluster_build import CLUSTER, kubectl
 from tests.conftest import REPO_ROOT
 from tests.mlflow_server import MLflowServer
 
-pytestmark = pytest.mark.slow
+# one worker for the module: its server (the users fixture) is built once, and its steps
+# test reads the session's bundle, whose group that is (tests/conftest.py GROUPED_BY)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bundle")]
 LAYER = CLUSTER / "mlflow"
 
 

@@ -36,20 +36,20 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from hera.workflows import DAG, CronWorkflow, Parameter, Task, Workflow, WorkflowTemplate
+from hera.workflows import DAG, Container, CronWorkflow, Parameter, Task, Workflow, WorkflowTemplate
 from hera.workflows import models as m
 
 from flows import parameters
 from flows.manifests.names import APP, annotations, labels, run_root, workflow_url
-from flows.manifests.pod import DATA_VOLUME, ISTIO_INJECT, pod_security
 from flows.memo_keys import MAX_AGE_INPUT, RUN_AGAIN
 from flows.optimize_step import DECISION, benchmark_template, optimize_template
 from flows.parameters import step_settings
 from flows.reuse_step import RUN_OUTPUT, Reuse, reuse_check_template
-from flows.serving_step import ServingTemplates, serving_templates
+from flows.serving_step import ServingTemplates, restore_template, serving_templates
 from flows.stage_step import stage_template
-from flows.tracking_step import close_run_template, create_run_template
+from flows.tracking_step import RUN_ID_GLOBAL, close_run_template, create_run_template
 from flows.train_step import delete_template, delete_when, train_templates
+from flows.workflow_spec import workflow_spec
 from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"
@@ -121,11 +121,37 @@ def _define(cfg: PipelineConfig, source_keys: bool = False) -> None:
 
     close_run = close_run_template(cfg, settings, argo_link)
     delete_job = delete_template(cfg)
+    run_global = f"{{{{workflow.outputs.parameters.{RUN_ID_GLOBAL}}}}}"
+    restore = restore_template(cfg, settings, run_global) if cfg.serving.enabled else None
     with DAG(name=EXIT_HANDLER):  # run whatever happened
         close_run(name="close-run")
         # training did not succeed (its job failed, or `argo stop` stopped it): its pods
         # free their GPUs now, before the workflow's TTL would take the job with it
         delete_job(name="delete-train-job", when=delete_when())
+        if restore is not None:  # a stopped run restores the champion (flows/serving_step.py)
+            _restore_champion(serving, restore, run_global)
+
+
+def _restore_champion(serving: ServingTemplates, restore: Container, run_id: str) -> None:
+    """In the exit handler, for a run that did not succeed: the alias back if this run moved
+    it and its check never passed (``argo stop`` skipped the rollbacks), then the service
+    back on the version before, or deleted after a first deployment."""
+    restore(name="restore-champion", when="{{workflow.status}} != Succeeded")
+    again = f"{_output('restore-champion', 'restore-service')} == true"
+    previous = _output("restore-champion", "previous-version")
+    done = "restore-champion.Succeeded"
+    serving.rollback_apply(
+        name="restore-apply",
+        depends=done,
+        when=f"{again} && '{previous}' != ''",
+        arguments={
+            "previous-version": previous,
+            "run-id": run_id,
+            "previous-serving-image": _output("restore-champion", "previous-serving-image"),
+        },
+    )
+    deleted = f"{again} && '{previous}' == ''"
+    serving.rollback_delete(name="restore-delete", depends=done, when=deleted)
 
 
 def _reusable(
@@ -218,48 +244,13 @@ def _output(task: str, name: str) -> str:
     return f"{{{{tasks.{task}.outputs.parameters.{name}}}}}"
 
 
-def _spec(cfg: PipelineConfig, git_revision: str | None) -> dict[str, Any]:
-    """Workflow-level fields of the WorkflowTemplate (labels and annotations also the
-    CronWorkflow's)."""
-    c = cfg.cluster
-    pod_notes = {} if c.istio_inject else {ISTIO_INJECT: "false"}
-    spec: dict[str, Any] = dict(
-        namespace=c.namespace,
-        entrypoint=ENTRYPOINT,
-        on_exit=EXIT_HANDLER,
-        service_account_name=c.service_account,
-        labels=labels(cfg),
-        annotations=annotations(cfg, git_revision),
-        pod_metadata=m.Metadata(labels=labels(cfg), annotations=pod_notes or None),
-        security_context=m.PodSecurityContext.model_validate(pod_security(cfg)),
-        ttl_strategy=m.TTLStrategy(
-            seconds_after_success=c.ttl_after_success_s,
-            seconds_after_failure=c.ttl_after_failure_s,
-        ),
-        pod_gc=m.PodGC(strategy=c.pod_gc),
-        # every pod's log to the artifact repository: it outlives the workflow's TTL
-        archive_logs=True,
-        # the GC pod of the report artifacts runs as the workflow's service account; a
-        # failed GC leaves the objects, never a workflow stuck on its finalizer
-        artifact_gc=m.WorkflowLevelArtifactGC(
-            service_account_name=c.service_account, force_finalizer_removal=True
-        ),
-    )
-    if c.mutex:  # a scheduled and a manual run never overlap (no ConfigMap needed)
-        spec["synchronization"] = m.Synchronization(mutexes=[m.Mutex(name=c.mutex)])
-    if c.pvc:
-        claim = m.PersistentVolumeClaimVolumeSource(claim_name=c.pvc)
-        spec["volumes"] = [m.Volume(name=DATA_VOLUME, persistent_volume_claim=claim)]
-    return spec
-
-
 def build_template(
     cfg: PipelineConfig, *, git_revision: str | None = None, source_keys: bool = False
 ) -> WorkflowTemplate:
     """The WorkflowTemplate ``cifar-pipeline``: templates, DAG and the parameters a run may
     change, defaulting to this config's values; pure. ``source_keys``: memo keys name
     each step's source, not its image (flows/memo_keys.py; a local run)."""
-    spec = _spec(cfg, git_revision)
+    spec = workflow_spec(cfg, git_revision, entrypoint=ENTRYPOINT, on_exit=EXIT_HANDLER)
     metadata = m.WorkflowMetadata(labels=spec["labels"], annotations=spec["annotations"])
     arguments = [
         Parameter(name=p.name, value=value, description=p.description)
@@ -294,21 +285,18 @@ def build_cron_workflow(
     cfg: PipelineConfig, values: dict[str, str] | None = None, *, git_revision: str | None = None
 ) -> CronWorkflow:
     """The WorkflowTemplate on ``schedule.cron``; each run carries the workflow's labels."""
-    s, spec = cfg.schedule, _spec(cfg, git_revision)
+    s, marks = cfg.schedule, {"labels": labels(cfg), "annotations": annotations(cfg, git_revision)}
     return CronWorkflow(
         name=s.name,
         namespace=cfg.cluster.namespace,
-        labels=spec["labels"],
-        annotations=spec["annotations"],
+        **marks,
         schedules=[s.cron],
         timezone=s.timezone,
         concurrency_policy=s.concurrency_policy,
         starting_deadline_seconds=s.starting_deadline_seconds,
         successful_jobs_history_limit=s.successful_history_limit,
         failed_jobs_history_limit=s.failed_history_limit,
-        workflow_metadata=m.WorkflowMetadata(
-            labels=spec["labels"], annotations=spec["annotations"]
-        ),
+        workflow_metadata=m.WorkflowMetadata(**marks),
         workflow_template_ref=m.WorkflowTemplateRef(name=TEMPLATE_NAME),
         arguments=_arguments(values),
     )

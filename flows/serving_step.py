@@ -37,6 +37,16 @@ from the failed deploy or check, so the workflow ends Failed even when every rol
 succeeded (and the exit handler ends the MLflow run FAILED); when the check passes all
 three rollbacks are Omitted with its Succeeded.
 
+A stopped run ends agreeing too. ``argo stop`` runs only the exit handler's pods (Argo
+v4.0.5 pkg/apis/workflow/v1alpha1/workflow_types.go ``ShutdownStrategy.ShouldExecute``;
+workflow/controller/workflowpod.go ``createWorkflowPod`` fails every other node without a
+pod, so the rollbacks never run), and a local run's Ctrl-C is ``argo stop``. The exit
+handler's ``restore-champion`` (``restore_template``: ``python -m
+steps.serve_check.restore``) puts the alias back when this run moved it and its check never
+passed, and ``restore-apply`` / ``restore-delete`` (the rollbacks' templates) put the
+service back. ``argo terminate`` runs nothing, the exit handler neither: the next run's
+benchmark puts the alias back before it decides (steps/benchmark/previous.py).
+
 Argo (v4.0.5 workflow/executor/resource.go) runs an apply as ``kubectl apply -f manifest
 -o json``, then GETs the object at once and every 5 s after until a condition holds
 (WaitResource: ``wait.PollUntilContextCancel(ctx, 5s, true, ...)``, immediate;
@@ -245,4 +255,40 @@ def _rollback_alias(cfg: PipelineConfig, settings: Sequence[str]) -> Container:
         settings=settings,
         inputs=["version", "previous-version", "reason", "run-id"],
         tracking=True,  # a small registry call: the bookkeeping steps' resources
+    )
+
+
+REASON = "workflow {{workflow.name}} ended {{workflow.status}} before its live check passed"
+
+
+def restore_template(cfg: PipelineConfig, settings: Sequence[str], run_id: str) -> Container:
+    """``restore-champion``, in the exit handler: the alias back when this run moved it and
+    its live check never passed (a stopped run); its outputs say whether the service goes
+    back too (``restore-service``), to which version (``previous-version``) and its image
+    (``previous-serving-image``). ``run_id``:
+    the pipeline's MLflow run, the exit handler's global. The defaults stand when it is
+    Skipped (a run that succeeded)."""
+    outputs = [
+        Parameter(
+            name=name,
+            value_from=m.ValueFrom(path=f"{OUTPUTS_DIR}/{name}", default=default),
+        )
+        for name, default in (
+            ("restore-service", "false"),
+            ("previous-version", ""),
+            ("previous-serving-image", ""),  # the image that serves it (rollback-apply's)
+        )
+    ]
+    return container_step(
+        cfg,
+        name="restore-champion",
+        image="serve",
+        module="steps.serve_check.restore",
+        args=[
+            *("--mlflow-run-id", run_id, "--failures", "{{workflow.failures}}"),
+            *("--reason", REASON, "--outputs-dir", OUTPUTS_DIR),
+        ],
+        settings=settings,
+        outputs=outputs,
+        tracking=True,  # a small registry call
     )

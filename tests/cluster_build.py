@@ -158,6 +158,8 @@ def local_layer(base: str) -> list[dict[str, Any]]:
         return []
     trimmed = {k: v for k, v in spec.items() if k not in ("resources", "patches", "images")}
     trimmed["resources"] = [str((CLUSTER / base / r).resolve()) for r in local]
+    for generator in trimmed.get("configMapGenerator", []):  # its files, from the layer
+        generator["files"] = [_from_layer(base, f) for f in generator.get("files", [])]
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(trimmed))
         done = subprocess.run(
@@ -168,6 +170,13 @@ def local_layer(base: str) -> list[dict[str, Any]]:
         )
     assert done.returncode == 0, f"{base}: {done.stderr}"
     return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _from_layer(base: str, entry: str) -> str:
+    """A generator's ``[key=]path``, the path made absolute in configs/cluster/<base>."""
+    key, _, path = entry.rpartition("=")
+    name = key or Path(path).name
+    return f"{name}={(CLUSTER / base / path).resolve()}"
 
 
 def own_objects() -> list[dict[str, Any]]:

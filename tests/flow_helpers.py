@@ -33,11 +33,14 @@ STEP_IMAGES = {
     "rollback-alias": "serve",
     "close-run": "train",
     "reuse-check": "train",  # the check of a memo hit (flows/reuse_step.py)
+    "restore-champion": "serve",
 }
 SECRETS = {  # sentinel values that must never reach a render or a request
     "AWS_ACCESS_KEY_ID": "AKIA-SENTINEL-0001",
     "AWS_SECRET_ACCESS_KEY": "sentinel-secret-key-0002",
     "MLFLOW_TRACKING_TOKEN": "sentinel-mlflow-token-0003",
+    "MLFLOW_TRACKING_USERNAME": "sentinel-mlflow-user-0005",
+    "MLFLOW_TRACKING_PASSWORD": "sentinel-mlflow-password-0006",
     "ARGO_TOKEN": "sentinel-argo-token-0004",
 }
 

@@ -5,6 +5,7 @@ group."""
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -21,7 +22,18 @@ from tests.servers import free_port
 class MLflowServer:
     """``mlflow server`` with ``sqlite:///<dir>/mlflow.db`` and artifacts under ``<dir>``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        auth_config: str | None = None,
+        admin: tuple[str, str] | None = None,
+    ) -> None:
+        """``auth_config``: the text of a basic-auth ini (mlflow/server/auth/config.py); with
+        it the server runs ``--app-name basic-auth`` as configs/cluster/mlflow runs it: the
+        file in MLFLOW_AUTH_CONFIG_PATH, the admin's (name, password) ``admin`` in
+        MLFLOW_AUTH_ADMIN_USERNAME / _PASSWORD, a CSRF key in
+        MLFLOW_FLASK_SERVER_SECRET_KEY. Left out: no authentication, as before."""
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -29,6 +41,10 @@ class MLflowServer:
         self.artifacts = directory / "artifacts"
         self.log = directory / "mlflow-server.log"
         self.process: subprocess.Popen | None = None
+        self.auth_config = directory / "basic_auth.ini" if auth_config is not None else None
+        if self.auth_config is not None:
+            self.auth_config.write_text(auth_config)
+        self.admin = admin
 
     def command(self) -> list[str]:
         return [
@@ -46,6 +62,7 @@ class MLflowServer:
             str(self.port),
             "--workers",
             "1",
+            *(["--app-name", "basic-auth"] if self.auth_config else []),
         ]
 
     def healthy(self) -> bool:
@@ -62,6 +79,14 @@ class MLflowServer:
             "MLFLOW_TRACKING_URI": "",
             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         }
+        if self.auth_config is not None:
+            admin, password = self.admin or ("admin", secrets.token_hex(16))
+            env |= {
+                "MLFLOW_AUTH_CONFIG_PATH": str(self.auth_config),
+                "MLFLOW_AUTH_ADMIN_USERNAME": admin,
+                "MLFLOW_AUTH_ADMIN_PASSWORD": password,
+                "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+            }
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 self.command(),

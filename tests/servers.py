@@ -63,11 +63,31 @@ class SeaweedFS:
         self,
         directory: Path,
         volumes: tuple[list[str], dict[str, str]] = TEST_VOLUMES,
+        *,
+        identities: str | None = None,
+        security: str | None = None,
+        env: dict[str, str] | None = None,
+        probe: tuple[str, str, str] | None = None,
     ) -> None:
-        """``volumes``: the volume flags and ``WEED_*`` environment the server starts with."""
+        """``volumes``: the volume flags and ``WEED_*`` environment the server starts with.
+
+        The rest are options for a server set up as an install sets it up (left out: one
+        identity with every action, no security.toml): ``identities``, the S3 identities
+        JSON (``-s3.config``), then the server's environment holds no ``AWS_*`` (SeaweedFS
+        would add an admin identity of those keys); ``security``, a security.toml, which the
+        server reads from its working directory (the first place SeaweedFS looks);
+        ``env``, more environment (``WEED_JWT_*``); ``probe``: (access key, secret key,
+        bucket) of an identity that may create and write that bucket, which the readiness
+        probe uses."""
         self.volume_args, self.volume_env = volumes
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.extra_env = dict(env or {})
+        self.secured = identities is not None
+        self.keys = (probe[0], probe[1]) if probe else (ACCESS_KEY, SECRET_KEY)
+        self.probe_bucket = probe[2] if probe else "readiness-probe"
+        if security is not None:
+            (directory / "security.toml").write_text(security)
         # Every listener gets an explicit free port: gRPC ports default to port + 10000.
         (
             self.master,
@@ -86,7 +106,7 @@ class SeaweedFS:
             "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }
-        self.config.write_text(json.dumps({"identities": [identity]}))
+        self.config.write_text(identities or json.dumps({"identities": [identity]}))
         self.process: subprocess.Popen | None = None
         self.log = directory / "weed.log"
 
@@ -125,19 +145,27 @@ class SeaweedFS:
             "AWS_DEFAULT_REGION": "us-east-1",
         }
 
-    def client(self, **config: Any):
-        """A boto3 S3 client of this server; ``config``: botocore Config's arguments."""
+    def client(self, keys: tuple[str, str] | None = None, **config: Any):
+        """A boto3 S3 client of this server; ``keys``: (access key, secret key), by default
+        the test identity's (or the probe's); ``config``: botocore Config's arguments."""
         import boto3
         from botocore.config import Config
 
+        access, secret = keys or self.keys
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
+            aws_access_key_id=access,
+            aws_secret_access_key=secret,
             region_name="us-east-1",
             config=Config(**config) if config else None,
         )
+
+    def _environment(self) -> dict[str, str]:
+        env = {**os.environ, **self.volume_env, **self.extra_env}
+        if self.secured:  # an S3 gateway adds an admin identity from AWS_* (auth_credentials.go)
+            env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+        return env
 
     def start(self, timeout_s: float = 60.0) -> SeaweedFS:
         with open(self.log, "ab") as log:
@@ -146,7 +174,8 @@ class SeaweedFS:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, **self.volume_env},
+                env=self._environment(),
+                cwd=self.directory if self.secured else None,
             )
         deadline = time.monotonic() + timeout_s
         # A write with no volume to take it waits 30 s in the server, then boto3 retries:
@@ -156,11 +185,18 @@ class SeaweedFS:
             if self.process.poll() is not None:
                 raise RuntimeError(f"weed exited with {self.process.returncode}; see {self.log}")
             try:
-                names = {b["Name"] for b in client.list_buckets()["Buckets"]}
+                bucket = self.probe_bucket
+                names = (
+                    {b["Name"] for b in client.list_buckets()["Buckets"]}
+                    if not self.secured
+                    else {bucket}
+                    if _bucket_exists(client, bucket)
+                    else set()
+                )
                 # The S3 gateway answers before volumes can take writes: probe a write.
-                if "readiness-probe" not in names:
-                    client.create_bucket(Bucket="readiness-probe")
-                client.put_object(Bucket="readiness-probe", Key="probe", Body=b"ok")
+                if bucket not in names:
+                    client.create_bucket(Bucket=bucket)
+                client.put_object(Bucket=bucket, Key="probe", Body=b"ok")
                 return self
             except Exception:
                 time.sleep(0.3)
@@ -200,3 +236,16 @@ class SeaweedFS:
                 self.process.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def _bucket_exists(client, bucket: str) -> bool:
+    """HEAD of the bucket: an identity scoped to some buckets may not list them all."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("404", "NoSuchBucket"):
+            return False
+        raise
+    return True

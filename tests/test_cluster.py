@@ -234,7 +234,10 @@ def test_the_s3_endpoint_is_seaweedfs_everywhere() -> None:
     assert {p["name"]: p["port"] for p in svc["spec"]["ports"]}["s3"] == 8333
     pod = deploy["spec"]["template"]["spec"]
     assert "-s3.config=/config/s3.json" in pod["containers"][0]["args"]
-    assert pod["initContainers"][0]["envFrom"] == [{"secretRef": {"name": "seaweedfs-credentials"}}]
+    identities = {
+        e["valueFrom"]["secretKeyRef"]["name"] for e in pod["initContainers"][0]["env"]
+    }  # one Secret per S3 identity (tests/test_seaweedfs_security.py tries each)
+    assert identities == {f"seaweedfs-{r}" for r in ("admin", "steps", "mlflow", "predictor")}
     text = "\n".join(p.read_text() for p in ours("*.yaml"))
     assert "minio" not in text.lower()
 
@@ -248,9 +251,11 @@ def test_seaweedfs_as_deployed_takes_a_write_in_every_bucket(tmp_path: Path) -> 
     (job,) = [d for d in docs if d["kind"] == "Job"]
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     volume_args = [a for a in container["args"] if a.startswith(("-volume.", "-master.volume"))]
-    volume_env = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("WEED_")}
-    script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
-    buckets = re.search(r"for bucket in ([\w -]+); do", script).group(1).split()
+    volume_env = {  # the volume settings (the JWT keys come from a Secret)
+        e["name"]: e["value"] for e in container["env"] if e["name"].startswith("WEED_MASTER_")
+    }
+    assert volume_env
+    buckets = job["spec"]["template"]["spec"]["containers"][0]["args"]  # create-buckets.py's
     assert len(buckets) >= 3
     server = SeaweedFS(tmp_path, volumes=(volume_args, volume_env)).start()
     try:

@@ -34,8 +34,11 @@ from tests.k8s_netpol import Cluster, Pod
 
 API_SERVER = "172.18.0.3"  # a control-plane node's address: no pod
 WEB = "151.101.1.1"  # an address on the internet
-SEAWEEDFS_PORTS = (8333, 9333, 19333, 8888, 18888, 8080, 18080)
-INTERNAL_PORTS = SEAWEEDFS_PORTS[1:]  # the filer, master and volume servers
+# S3 first; then the master, filer and volume servers, and the S3 gateway's gRPC port
+# (18333: its identity RPCs, PutIdentity among them, check no credential in SeaweedFS 4.48,
+# weed/s3api/s3api_server_grpc.go), which listens on the pod's address
+SEAWEEDFS_PORTS = (8333, 9333, 19333, 8888, 18888, 8080, 18080, 18333)
+INTERNAL_PORTS = SEAWEEDFS_PORTS[1:]
 RENDEZVOUS = {"PyTorchJob": 23456, "TrainJob": 29400}  # MASTER_PORT; torchrun's c10d
 NCCL_PORT = 43117  # NCCL and gloo pick their own ports
 VARIANTS = [
@@ -303,9 +306,13 @@ def test_the_install_reaches_what_it_needs(builds) -> None:
     cluster, own = install(builds), installed_pods(builds)
     assert cluster.allows(own["mlflow"], own["seaweedfs"], 8333)  # its artifact store
     assert cluster.allows(own["argo-server"], own["seaweedfs"], 8333)  # reports in the UI
-    for port in INTERNAL_PORTS:  # weed shell; SeaweedFS's servers among themselves
-        assert cluster.allows(own["seaweedfs-buckets"], own["seaweedfs"], port)
-        assert cluster.allows(own["seaweedfs"], own["seaweedfs"], port)
+    # the buckets job makes the buckets over S3 (create-buckets.py); SeaweedFS's master,
+    # volume server and filer share one pod and its loopback, which no policy governs: no
+    # pod reaches their ports, the buckets job and SeaweedFS's own pod included
+    assert cluster.allows(own["seaweedfs-buckets"], own["seaweedfs"], 8333)
+    for port in INTERNAL_PORTS:
+        assert not cluster.allows(own["seaweedfs-buckets"], own["seaweedfs"], port), port
+        assert not cluster.allows(own["seaweedfs"], own["seaweedfs"], port), port
     webhooks = {
         "training-operator": 9443,
         "kubeflow-trainer-controller-manager": 9443,

@@ -69,7 +69,8 @@ def test_no_container_step_mounts_the_workflow_accounts_token(name: str, launche
     cfg, found = templates(name, launcher)
     spec = cifar.build_template(cfg).to_dict()["spec"]
     containers = [t for t in found if "container" in t or "script" in t]
-    assert len(containers) == 8, [t["name"] for t in containers]  # reuse-check too
+    # reuse-check and the exit handler's restore-champion too
+    assert len(containers) == 9, [t["name"] for t in containers]
     for template in containers:
         pod = argo_pod_token(spec, template)
         assert pod["automount"] is False, template["name"]

@@ -22,7 +22,7 @@ from hera.workflows import WorkflowTemplate
 
 from flows import cifar
 from flows.manifests import inferenceservice as isvc
-from flows.manifests.pod import config_args, pod_env
+from flows.manifests.pod import config_args, pod_env, predictor_env
 from flows.serving_step import serving_templates
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
@@ -34,11 +34,21 @@ from tests.k8s_rbac import Rbac, Request, ServiceAccount
 CONFIGS = ["local", "smoke", "cluster", "kind"]
 LAUNCHERS = ["pytorchjob", "trainjob"]
 # Created by hand as docs/cluster.md says (kind, namespace, name): optional?
+# Every Secret is required: each role's own credentials (configs/cluster/secrets.example.yaml).
 HAND_MADE = {
-    ("Secret", "seaweedfs", "seaweedfs-credentials"): False,
+    ("Secret", "seaweedfs", "seaweedfs-jwt"): False,
+    ("Secret", "seaweedfs", "seaweedfs-admin"): False,
+    ("Secret", "seaweedfs", "seaweedfs-steps"): False,
+    ("Secret", "seaweedfs", "seaweedfs-mlflow"): False,
+    ("Secret", "seaweedfs", "seaweedfs-predictor"): False,
     ("Secret", "argo", "cifar-s3"): False,
+    ("Secret", "argo", "cifar-predictor-s3"): False,
+    ("Secret", "argo", "cifar-mlflow"): False,
+    ("Secret", "argo", "cifar-predictor-mlflow"): False,
     ("Secret", "mlflow", "mlflow-s3"): False,
-    ("Secret", "argo", "cifar-mlflow"): True,  # "only when the MLflow server wants a token"
+    ("Secret", "mlflow", "mlflow-admin"): False,
+    ("Secret", "mlflow", "mlflow-pipeline-user"): False,
+    ("Secret", "mlflow", "mlflow-predictor-user"): False,
 }
 
 
@@ -386,17 +396,22 @@ def test_upstream_facts_hold_in_vendored_manifests() -> None:
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_serving_pods_name_only_hand_made_secrets(name: str) -> None:
-    """The cifar-serve pods (the InferenceService's predictor) reference the Secrets every
-    step pod does (flows.manifests.pod.pod_env), in the namespace the service lives in."""
+    """The cifar-serve pods (the InferenceService's predictor) reference the predictor's own
+    Secrets (flows.manifests.pod.predictor_env), in the namespace the service lives in, and
+    none of the steps' (pod_env): the pod that serves the world holds no key that writes."""
     cfg = config(name)
     service = isvc.build_inferenceservice(cfg, model_uri="models:/m/1", labels={})
     found = {r.key for r in cb.references(service)}
-    wanted = {
-        ("Secret", cfg.cluster.namespace, spec.secret) for spec in pod_env(cfg) if spec.secret
-    }
+    ns = cfg.cluster.namespace
+    wanted = {("Secret", ns, spec.secret) for spec in predictor_env(cfg) if spec.secret}
     assert found == wanted and found <= set(HAND_MADE), found
-    if name in ("cluster", "kind"):  # S3 on the cluster: the keys come from cifar-s3
-        assert ("Secret", cfg.cluster.namespace, "cifar-s3") in found
+    steps = {("Secret", ns, spec.secret) for spec in pod_env(cfg) if spec.secret}
+    assert not found & steps, found & steps
+    if name in ("cluster", "kind"):  # on the cluster: the predictor's read-only identities
+        assert found == {
+            ("Secret", ns, "cifar-predictor-s3"),
+            ("Secret", ns, "cifar-predictor-mlflow"),
+        }
 
 
 # kserve v0.19.0 config/rbac/service_account.yaml and role.yaml (ClusterRole

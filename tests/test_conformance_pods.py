@@ -53,11 +53,13 @@ def test_every_step_rebuilds_the_flows_cluster_settings(path: Path, launcher: st
         assert config["cluster"] == wanted["cluster"], name
 
 
-def test_the_mlflow_token_secret_is_optional() -> None:
-    """configs/cluster.yaml names cluster.mlflow_secret; the MLflow server configs/cluster
-    deploys wants no token, and docs/cluster.md creates the Secret only for a server that does. A
-    required secretKeyRef to a missing Secret holds the pod in CreateContainerConfigError;
-    an optional one leaves the variable unset. The S3 keys stay required."""
+def test_every_pod_logs_in_to_mlflow_as_its_role() -> None:
+    """configs/cluster.yaml names the steps' MLflow user (cluster.mlflow_secret) and the
+    predictor's (cluster.predictor_mlflow_secret); the MLflow server configs/cluster deploys
+    authenticates every request (its basic-auth app), and docs/cluster.md creates both
+    Secrets. Each is required: a missing Secret holds the pod in CreateContainerConfigError,
+    naming it, rather than a step failing at its first request. Steps and training ranks
+    log in as the pipeline's user, the predictors as the read-only one."""
     cfg = load_config(REPO_ROOT / "configs" / "cluster.yaml")
     wf = build_template(cfg).to_dict()
     containers = [(n, t["container"]) for n, t in templates(wf).items() if "container" in t]
@@ -67,16 +69,17 @@ def test_the_mlflow_token_secret_is_optional() -> None:
         (artifact,) = templates(wf)[name]["inputs"]["artifacts"]
         text = artifact["raw"]["data"]
         containers += [(name, c) for c in yaml.safe_load(text)["spec"]["predictor"]["containers"]]
-    # eight step containers (rollback-alias and reuse-check too), the Master and Worker, the
-    # two predictors
-    assert len(containers) == 12
+    serving = ("deploy", "rollback-apply")
+    assert len([c for c in containers if c[0] in serving]) == 2
+    assert len(containers) >= 11  # the step containers, the Master and Worker, the predictors
     for where, container in containers:
         refs = {
             e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e
         }
-        assert refs["MLFLOW_TRACKING_TOKEN"] == {
-            "name": cfg.cluster.mlflow_secret,
-            "key": "MLFLOW_TRACKING_TOKEN",
-            "optional": True,
-        }, where
+        user = (
+            cfg.cluster.predictor_mlflow_secret if where in serving else cfg.cluster.mlflow_secret
+        )
+        for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+            assert refs[name] == {"name": user, "key": name}, where  # no optional: true
+        assert "MLFLOW_TRACKING_TOKEN" not in refs, where
         assert "optional" not in refs["AWS_ACCESS_KEY_ID"], where

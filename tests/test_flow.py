@@ -120,12 +120,43 @@ def test_dag_order_and_data_flow(path: Path) -> None:
         "rollback-delete": f"'{{{{={decided['previous']}}}}}' == ''",
     }
     assert wf["metadata"]["generateName"] == "cifar-" and spec["onExit"] == "exit-handler"
+    restored = "{{tasks.restore-champion.outputs.parameters.restore-service}}"
+    restored_to = "{{tasks.restore-champion.outputs.parameters.previous-version}}"
     assert t["exit-handler"]["dag"]["tasks"] == [
         {"name": "close-run", "template": "close-run"},
         {
             "name": "delete-train-job",
             "template": "delete-train-job",
             "when": delete_when(),  # training itself did not succeed (tests/test_conformance_jobs)
+        },
+        # a stopped run restores the champion (tests/test_restore_champion.py)
+        {
+            "name": "restore-champion",
+            "template": "restore-champion",
+            "when": "{{workflow.status}} != Succeeded",
+        },
+        {
+            "name": "restore-apply",
+            "template": "rollback-apply",
+            "depends": "restore-champion.Succeeded",
+            "when": f"{restored} == true && '{restored_to}' != ''",
+            "arguments": {
+                "parameters": [
+                    {"name": "previous-version", "value": restored_to},
+                    {"name": "run-id", "value": "{{workflow.outputs.parameters.mlflow-run-id}}"},
+                    {  # the image that serves it (a torch champion's is cifar-optimize)
+                        "name": "previous-serving-image",
+                        "value": "{{tasks.restore-champion.outputs.parameters."
+                        "previous-serving-image}}",
+                    },
+                ]
+            },
+        },
+        {
+            "name": "restore-delete",
+            "template": "rollback-delete",
+            "depends": "restore-champion.Succeeded",
+            "when": f"{restored} == true && '{restored_to}' == ''",
         },
     ]
     args = {
@@ -256,9 +287,9 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> 
 def test_every_pod_runs_as_non_root_without_capabilities(path: Path) -> None:
     wf = manifest(path)
     found = pods(wf)
-    # eight steps (rollback-alias and reuse-check too), the job's replicas, the
-    # InferenceService of deploy and of rollback-apply
-    assert len(found) == 8 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
+    # nine steps (rollback-alias, reuse-check and the exit handler's restore-champion too),
+    # the job's replicas, the InferenceService of deploy and of rollback-apply
+    assert len(found) == 9 + len(job_of(wf)["spec"]["pytorchReplicaSpecs"]) + 2
     for where, pod_ctx, container in found:
         ctx = container["securityContext"]
         assert pod_ctx and pod_ctx["runAsNonRoot"] and pod_ctx["runAsUser"] > 0, where
@@ -287,16 +318,25 @@ def test_secrets_only_by_reference(path: Path, monkeypatch: pytest.MonkeyPatch, 
     assert not [v for v in SECRETS.values() if v in text]
     text = yaml.safe_dump(next(yaml.safe_load_all(text)))  # the WorkflowTemplate
     c = load_config(path).cluster
-    wanted = {"AWS_ACCESS_KEY_ID": c.s3_secret, "AWS_SECRET_ACCESS_KEY": c.s3_secret}
-    wanted = wanted if "s3://" in text else {}  # S3 keys only where some URI is s3://
-    wanted |= {"MLFLOW_TRACKING_TOKEN": c.mlflow_secret} if c.mlflow_secret else {}
+
+    def wanted(s3: str, mlflow: str | None) -> dict[str, str]:
+        found = {"AWS_ACCESS_KEY_ID": s3, "AWS_SECRET_ACCESS_KEY": s3}
+        found = found if "s3://" in text else {}  # S3 keys only where some URI is s3://
+        users = {"MLFLOW_TRACKING_USERNAME": mlflow, "MLFLOW_TRACKING_PASSWORD": mlflow}
+        return found | (users if mlflow else {})
+
+    steps = wanted(c.s3_secret, c.mlflow_secret)
+    predictor = wanted(c.predictor_s3_secret, c.predictor_mlflow_secret)  # its own, read-only
     for where, _, container in pods(yaml.safe_load(text)):
         secret_env = {
             env["name"]: env["valueFrom"]["secretKeyRef"]
             for env in container.get("env", [])
-            if re.search(r"SECRET|TOKEN|PASSWORD|ACCESS_KEY", env["name"])
+            if re.search(r"SECRET|TOKEN|PASSWORD|USERNAME|ACCESS_KEY", env["name"])
         }
-        assert {k: ref["name"] for k, ref in secret_env.items()} == wanted, where
+        serves = where in ("deploy", "rollback-apply")
+        assert {k: ref["name"] for k, ref in secret_env.items()} == (
+            predictor if serves else steps
+        ), where
         assert all(ref["key"] == name for name, ref in secret_env.items()), where
 
 

@@ -51,6 +51,7 @@ def test_the_template_with_its_defaults_runs_the_config(path: Path) -> None:
         "rollback-alias",
         "close-run",
         "reuse-check",
+        "restore-champion",
     }
     for name, args in steps.items():
         assert config_of(args)[1] == wanted, name

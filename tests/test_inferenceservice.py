@@ -119,15 +119,27 @@ def test_the_server_gets_its_own_sections_of_the_config_only() -> None:
 
 
 def test_secrets_reach_the_server_by_reference_only() -> None:
+    """The predictor's own credentials (read-only in S3 and MLflow), never the steps'."""
     cfg = load_config(
-        None, ["storage.root_uri=s3://bucket/x", "cluster.mlflow_secret=cifar-mlflow"]
+        None,
+        [
+            "storage.root_uri=s3://bucket/x",
+            "cluster.mlflow_secret=cifar-mlflow",
+            "cluster.predictor_mlflow_secret=cifar-predictor-mlflow",
+        ],
     )
     env = {
         e["name"]: e
         for e in container(isvc.build_inferenceservice(cfg, model_uri="m", labels={}))["env"]
     }
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_TOKEN"):
-        assert "value" not in env[name] and env[name]["valueFrom"]["secretKeyRef"]["key"] == name
+    for name, secret in (
+        ("AWS_ACCESS_KEY_ID", "cifar-predictor-s3"),
+        ("AWS_SECRET_ACCESS_KEY", "cifar-predictor-s3"),
+        ("MLFLOW_TRACKING_USERNAME", "cifar-predictor-mlflow"),
+        ("MLFLOW_TRACKING_PASSWORD", "cifar-predictor-mlflow"),
+    ):
+        assert "value" not in env[name]
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": secret, "key": name}
 
 
 def test_the_applied_services_name_the_run_and_version_in_valid_labels() -> None:

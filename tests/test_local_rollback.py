@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -34,6 +35,7 @@ from mlflow.tracking import MlflowClient
 from flows.cifar import build_submission, build_template
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler
 from flows.local.pods.services import service_process
+from flows.local.signals import STOP_MESSAGE, RunStopped
 from flows.local.status import RunResult
 from flows.local.workflow import LocalRunner
 from flows.local_run import localize
@@ -314,3 +316,106 @@ def test_a_new_server_ready_late_within_the_timeout_is_checked_and_kept(
     client = transaction["client"]
     assert client.get_model_version_by_alias(TXN_MODEL, "champion").version == new != previous
     assert handler.served_at_end == [new]
+
+
+# --- a run stopped by Ctrl-C (argo stop) restores the champion (issue 38 item 8) ---------
+
+STOP_AFTER_S = 3  # into the stopped task: the deploy's wait, or the check's
+
+
+class CtrlC(LateNewServer):
+    """As ``LateNewServer`` with the new version's server never ready, and a Ctrl-C: SIGINT
+    to this process (the runner's own handlers take it, flows/local/signals.py) once
+    ``during`` (deploy or serve-check) has run ``STOP_AFTER_S``. Once the previous version's
+    server is started again, what it serves is asked until it answers (``restored``)."""
+
+    def __init__(self, previous: str, during: str) -> None:
+        super().__init__(previous, late_s=None)
+        self.during = during
+        self.restored: list[str] | None = None
+        self.watchers: list[threading.Thread] = []
+        self.timers: list[threading.Timer] = []
+
+    def _stop_soon(self) -> None:
+        timer = threading.Timer(STOP_AFTER_S, os.kill, (os.getpid(), signal.SIGINT))
+        timer.daemon = True
+        timer.start()
+        self.timers.append(timer)
+
+    def start_service(self, spec: ProcessSpec, sink):
+        model = spec.argv[spec.argv.index("--model-uri") + 1]
+        process = super().start_service(spec, sink)
+        if model != f"models:/{TXN_MODEL}/{self.previous}":
+            if self.during == "deploy":  # the deploy now waits for a server never ready
+                self._stop_soon()
+        else:
+            watcher = threading.Thread(target=self._ask, args=(spec.url, process), daemon=True)
+            watcher.start()
+            self.watchers.append(watcher)
+        return process
+
+    def _ask(self, url: str, process) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S * 4
+        while time.monotonic() < deadline and process.poll() is None:
+            with contextlib.suppress(ServingError, OSError), ServingClient(url, 5) as client:
+                self.restored = client.served_versions(TXN_MODEL)
+                return
+            time.sleep(0.2)
+
+    def run(self, spec: ProcessSpec, log: Path, tail: deque[str]) -> int:
+        if self.during == "serve-check" and "steps.serve_check" in spec.argv:
+            self._stop_soon()
+        if not self.url:  # no server before the run: nothing to ask at close-run
+            return SubprocessHandler.run(self, spec, log, tail)
+        return super().run(spec, log, tail)
+
+
+@pytest.mark.parametrize("during", ["deploy", "serve-check"])
+def test_ctrl_c_during_the_deployment_puts_the_champion_back(
+    transaction: dict, during: str
+) -> None:
+    """Ctrl-C is ``argo stop``: the running task is stopped, the rollbacks after it never
+    run (Argo v4.0.5 workflowpod.go createWorkflowPod: no pod but the exit handler's), and
+    the exit handler's restore-champion moves the alias back from the version this run
+    promoted to the first, and restore-apply serves the first again. During deploy the
+    service was new (the previous version not up before the run); during serve-check the
+    deploy had re-applied it over the previous version, which served."""
+    assert threading.current_thread() is threading.main_thread()  # the runner's handlers
+    found, client = transaction, transaction["client"]
+    previous = client.get_model_version_by_alias(TXN_MODEL, "champion").version
+    client.set_model_version_tag(TXN_MODEL, previous, "accuracy", "0.0")  # any model wins
+    client.set_model_version_tag(TXN_MODEL, previous, "p50_ms", "1e9")
+    handler = CtrlC(previous, during)
+    runner = pipeline_runner(found, handler)
+    if during == "serve-check":
+        handler.url = previous_serves(found, runner, previous)
+    try:
+        with pytest.raises(RunStopped) as stopped:
+            runner.run()
+    finally:  # a Ctrl-C never outlives the run it was meant for
+        for timer in handler.timers:
+            timer.cancel()
+    assert stopped.value.signum == signal.SIGINT
+    assert len(handler.timers) == 1
+    for watcher in handler.watchers:
+        watcher.join(timeout=60)
+    tasks = runner.tasks
+    new = tasks["benchmark"].outputs["model-version"]
+    assert tasks["benchmark"].outputs["promoted"] == "true" and new != previous
+    assert tasks[during].state.value == "Failed" and tasks[during].message == STOP_MESSAGE
+    assert not [n for n in ("rollback-alias", "rollback-apply") if n in tasks and tasks[n].attempts]
+    exit_tasks = {n.split(".", 1)[1]: t for n, t in tasks.items() if n.startswith("onExit.")}
+    assert exit_tasks["restore-champion"].state.value == "Succeeded"
+    assert exit_tasks["restore-champion"].outputs == {
+        "restore-service": "true",
+        "previous-version": previous,
+    }
+    assert exit_tasks["restore-apply"].state.value == "Succeeded"
+    assert exit_tasks["restore-delete"].state.value == "Skipped"
+    # the alias and the served version back on the first
+    assert client.get_model_version_by_alias(TXN_MODEL, "champion").version == previous
+    assert handler.restored == [previous]
+    reason = client.get_model_version(TXN_MODEL, new).tags["serving.rollback"]
+    assert "ended Failed before its live check passed" in reason
+    run_id = runner.globals["workflow.outputs.parameters.mlflow-run-id"]
+    assert client.get_run(run_id).info.status == "KILLED"  # close-run: stopped

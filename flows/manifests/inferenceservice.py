@@ -14,8 +14,8 @@ image that serves the champion: ``cifar-serve`` (no torch) for portable variants
 built on the Kubernetes client's typed models and serialised as the API server takes them
 (as flows/manifests/pytorchjob.py does); the envelope is plain data. The pod runs as every
 pod of the pipeline does (flows/manifests/pod.py): no root, no capabilities, Secrets by
-reference only, and no service-account token (the server talks to MLflow and S3, never to
-the API server).
+reference only (its own: ``predictor_env``, read-only in S3 and MLflow), and no
+service-account token (the server talks to MLflow and S3, never to the API server).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from flows.manifests.names import labels as app_labels
 from flows.manifests.pod import (
     config_args,
     container_security,
-    pod_env,
     pod_security,
+    predictor_env,
     toleration,
 )
 from steps.common.config import PipelineConfig
@@ -93,7 +93,7 @@ def build_container(
         image_pull_policy=cfg.images.pull_policy,
         command=["python", "-m", "steps.serve"],
         args=[*args, *server_settings(settings)],
-        env=[item.k8s() for item in pod_env(cfg)],
+        env=[item.k8s() for item in predictor_env(cfg)],
         ports=[k8s.V1ContainerPort(container_port=port, protocol="TCP")],
         # Ready once the model is loaded; a load may take a while (the registry, S3), so
         # liveness gives the process room and only restarts one that stops answering.

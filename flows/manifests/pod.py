@@ -92,18 +92,37 @@ def uses_s3(cfg: PipelineConfig) -> bool:
 
 
 def pod_env(cfg: PipelineConfig) -> list[EnvSpec]:
-    """The environment of every step pod: MLflow and S3 endpoints, and Secret references
-    (S3 keys only where some URI is s3://, the MLflow token only with cluster.mlflow_secret).
-    The token's Secret is optional: an MLflow server that wants no token (the one
-    configs/cluster deploys) needs no Secret, and the pods start without it."""
+    """The environment of every step pod and training rank: MLflow and S3 endpoints, and the
+    steps' credentials by reference (the S3 keys of ``cluster.s3_secret`` where some URI is
+    s3://; the MLflow user of ``cluster.mlflow_secret`` when it is set)."""
+    c = cfg.cluster
+    return _env(cfg, s3_secret=c.s3_secret, mlflow_secret=c.mlflow_secret)
+
+
+def predictor_env(cfg: PipelineConfig) -> list[EnvSpec]:
+    """The InferenceService's environment: as a step's, with the predictor's own credentials
+    (``cluster.predictor_s3_secret``, ``cluster.predictor_mlflow_secret``), which may read
+    the models and change nothing: the predictor serves the world and never holds the
+    steps' keys."""
+    c = cfg.cluster
+    return _env(cfg, s3_secret=c.predictor_s3_secret, mlflow_secret=c.predictor_mlflow_secret)
+
+
+def _env(cfg: PipelineConfig, *, s3_secret: str, mlflow_secret: str | None) -> list[EnvSpec]:
+    """MLflow's own variables (MLFLOW_TRACKING_URI; USERNAME and PASSWORD from the Secret,
+    never a config field, so never a ``--set`` argument or a logged param) and S3's. Every
+    Secret is required: a missing one stops the pod at its start, naming the Secret
+    (CreateContainerConfigError), rather than a step failing at its first request."""
     env = [EnvSpec("PYTHONUNBUFFERED", "1"), EnvSpec("MLFLOW_TRACKING_URI", cfg.tracking.uri)]
-    if cfg.cluster.mlflow_secret:
-        token = EnvSpec("MLFLOW_TRACKING_TOKEN", secret=cfg.cluster.mlflow_secret, optional=True)
-        env.append(token)
+    if mlflow_secret:
+        env += [
+            EnvSpec("MLFLOW_TRACKING_USERNAME", secret=mlflow_secret),
+            EnvSpec("MLFLOW_TRACKING_PASSWORD", secret=mlflow_secret),
+        ]
     if uses_s3(cfg):
         env += [
-            EnvSpec("AWS_ACCESS_KEY_ID", secret=cfg.cluster.s3_secret),
-            EnvSpec("AWS_SECRET_ACCESS_KEY", secret=cfg.cluster.s3_secret),
+            EnvSpec("AWS_ACCESS_KEY_ID", secret=s3_secret),
+            EnvSpec("AWS_SECRET_ACCESS_KEY", secret=s3_secret),
         ]
     if cfg.storage.endpoint_url:
         env.append(EnvSpec("AWS_ENDPOINT_URL", cfg.storage.endpoint_url))

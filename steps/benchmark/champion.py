@@ -18,6 +18,7 @@ are not compared: then accuracy alone decides, and the decision says so.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -25,7 +26,13 @@ import mlflow
 import torch
 from mlflow.exceptions import MlflowException
 
-from steps.benchmark.previous import NO_PREVIOUS, PREVIOUS_TAG, previous_version, served_lookup
+from steps.benchmark.previous import (
+    NO_PREVIOUS,
+    PREVIOUS_TAG,
+    previous_version,
+    restore_left_alias,
+    served_lookup,
+)
 from steps.benchmark.registered_model import (
     SERVED_BY,
     RegistryError,
@@ -136,9 +143,17 @@ def promote(
     info = log_served_model(trained, variants, fastest, cfg.storage, images, bench.registered_model)
     version = str(info.registered_model_version)
     challenger = challenger_of(report)
+    # an alias left on an unchecked version by a run that did not succeed (terminated) goes
+    # back first: the decision and the rollback are against a champion that served
+    try:
+        restored = restore_left_alias(client, bench.registered_model, bench.alias, run_id)
+    except MlflowException as exc:
+        raise RegistryError(f"cannot restore alias {bench.alias}: {exc.message}") from None
+    if restored:
+        print(f"benchmark: {restored}", file=sys.stderr)
     champion = read_champion(client, bench.registered_model, bench.alias)
     decision = decide(challenger, champion, cfg)
-    lookup = served_lookup(client, bench.registered_model)
+    lookup = served_lookup(client, bench.registered_model, run_id)
     previous = previous_version(asdict(champion) if champion else None, run_id, lookup)
     previous_image = serving_image_of(client, cfg, previous) if previous else ""
     numbers = {

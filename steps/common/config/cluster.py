@@ -90,8 +90,24 @@ class ClusterConfig(Section):
     active_deadline_seconds: int = Field(6 * 3600, ge=60, description="job time limit")
     ttl_seconds_after_finished: int = Field(24 * 3600, ge=0, description="job kept this long")
     elastic_min_nodes: int | None = Field(None, ge=1, description="elastic: fewest nodes")
-    s3_secret: KubeName = Field("cifar-s3", description="Secret with AWS_ACCESS_KEY_ID/SECRET")
-    mlflow_secret: KubeName | None = Field(None, description="Secret with MLFLOW_TRACKING_TOKEN")
+    s3_secret: KubeName = Field(
+        "cifar-s3", description="the steps' S3 identity: Secret with AWS_ACCESS_KEY_ID/SECRET"
+    )
+    mlflow_secret: KubeName | None = Field(
+        None,
+        description="the steps' MLflow user: Secret with MLFLOW_TRACKING_USERNAME/PASSWORD "
+        "(null: an MLflow server that asks for none)",
+    )
+    predictor_s3_secret: KubeName = Field(
+        "cifar-predictor-s3",
+        description="the InferenceService's S3 identity (reads models only): a Secret like "
+        "s3_secret's",
+    )
+    predictor_mlflow_secret: KubeName | None = Field(
+        None,
+        description="the InferenceService's MLflow user (reads only): a Secret like "
+        "mlflow_secret's (null: none)",
+    )
     job_name_prefix: str = Field(
         "cifar-train", description="PyTorchJob generateName; cut with a hash to fit 63 chars"
     )

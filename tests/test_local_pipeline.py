@@ -7,7 +7,9 @@ smoke run itself is test_first_hour.py's), against a real SeaweedFS S3 server an
 One run, shared by the tests below, which only read it: staging fails on a tarball whose
 upload is not complete yet, the run is resumed as printed once the upload is whole, and it
 ends with the first champion deployed, checked live and stopped. Then the same data source
-again: a second workflow whose staging is served from the memo cache."""
+again: a second workflow whose staging is served from the memo cache. One extra optimize
+variant's builder segfaults (``optimize.extra_variants``, tests/faulty_builders.py): the
+run still ends Succeeded, that variant recorded as crashed (issue 42)."""
 
 from __future__ import annotations
 
@@ -23,12 +25,18 @@ import pytest
 
 from tests.cifar_files import write_cifar_tarball
 from tests.conftest import REPO_ROOT, S3Bucket, pipeline_in
+from tests.faulty_builders import extra
 from tests.mlflow_server import MLflowServer
 from tests.pipeline_runs import SMALL, cifar, only_run_dir, sets, state_of
 from tests.servers import SeaweedFS
 
 pytestmark = pytest.mark.slow
 STEPS = ["create-run", "stage", "train", "optimize", "benchmark"]
+# A variant whose builder crashes its build process (SIGSEGV), optional: the step goes on.
+CRASHING = [
+    f"optimize.extra_variants=[{extra('segv', 'segfault')}]",
+    'optimize.optional_variants=["segv"]',
+]
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ def smoke_run(
     seaweedfs.client().create_bucket(Bucket=bucket.name)
     pipeline = pipeline_in(bucket, mlflow_server, root)
     tarball = root / "upload" / "cifar-10-python.tar.gz"
-    args = [*pipeline.args, *sets([*SMALL, f"data.source={tarball}", "data.md5=none"])]
+    args = [*pipeline.args, *sets([*SMALL, *CRASHING, f"data.source={tarball}", "data.md5=none"])]
 
     # 1. The upload is not complete yet (half the tarball): staging fails. (A tarball that
     # is not there at all is refused before anything runs.)
@@ -155,6 +163,26 @@ def test_the_first_champion_is_deployed_checked_live_and_stopped(smoke_run) -> N
     note = mlflow_run.data.tags["mlflow.note.content"]
     assert re.search(r"\*\*Registry\*\* promoted: v\d+ \((first champion|accuracy)", note), note
     assert f"**Stopped** `{service['url']}` was this local run's server" in note
+
+
+def test_a_variant_whose_builder_crashes_costs_that_variant_alone(smoke_run) -> None:
+    """Issue 42: the run ends Succeeded; optimize built the others and recorded the crash
+    (its summary, its log, the pipeline's MLflow run), and the benchmark lists it."""
+    run, mlflow = smoke_run
+    assert run.resumed.returncode == 0, run.resumed.stderr[-3000:]
+    state = state_of(run.run_dir)
+    assert state["tasks"]["optimize"]["state"] == "Succeeded"
+    (found,) = (run.run_dir / "tasks" / "optimize").glob("outputs/**/summary.json")
+    variants = json.loads(found.read_text())["variants"]
+    assert variants["onnx"]["status"] == "built"
+    assert (variants["segv"]["status"], variants["segv"]["failure"]) == ("failed", "crashed")
+    reason = variants["segv"]["reason"]
+    assert reason.startswith("build: process crashed (SIGSEGV, in File ") and "string_at" in reason
+    log = (run.run_dir / "logs" / "optimize.log").read_text()
+    assert re.search(r"segv +fp32 +failed +build: process crashed \(SIGSEGV", log), log[-2000:]
+    report = (run.run_dir / "artifacts" / "benchmark" / "report.md").read_text()
+    assert f"- segv: failed: {reason}" in report
+    assert mlflow.get_run(run.run_id).data.tags["optimize.failed.segv"] == reason
 
 
 def test_each_step_reports_its_work_and_its_start_up(smoke_run) -> None:

@@ -247,7 +247,7 @@ def test_pixel_runner_equals_normalising_first(bundle: Bundle, kind: str) -> Non
     at or above OpenVINO's THROUGHPUT threshold (the batch split across streams)."""
     from steps.common.serving.runners import load_runner, normalise_uint8
 
-    variant = bundle.optimize_result["doc"]["variants"][kind]
+    variant = bundle.optimize_result.manifest.document()["variants"][kind]
     if variant["status"] != "built":
         pytest.skip(f"{kind} was not built here: {variant.get('reason')}")
     cfg = PipelineConfig()

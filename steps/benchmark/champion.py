@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import Any
 
 import mlflow
 import torch
@@ -31,8 +30,10 @@ from steps.benchmark.registered_model import (
     log_served_model,
     portable_fastest,
 )
-from steps.benchmark.results import BenchmarkReport, Challenger, Champion, Decision, Promotion
 from steps.common.config import PipelineConfig
+from steps.common.contracts.benchmark import BenchmarkReport
+from steps.common.contracts.promotion import Challenger, Champion, Decision, Promotion
+from steps.common.contracts.variants import VariantsManifest
 from steps.common.trained_model import TrainedModel
 
 
@@ -118,7 +119,7 @@ def promote(
     cfg: PipelineConfig,
     trained: TrainedModel,
     report: BenchmarkReport,
-    variants: dict[str, Any],
+    variants: VariantsManifest,
     run_id: str,
     images: torch.Tensor,
 ) -> Promotion:
@@ -162,7 +163,7 @@ def promote(
         raise RegistryError(
             f"cannot tag or alias {bench.registered_model} v{version}: {exc.message}"
         ) from None
-    return Promotion(
+    return Promotion.of(
         decision,
         registered_model=bench.registered_model,
         alias=bench.alias,

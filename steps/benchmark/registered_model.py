@@ -13,12 +13,10 @@
 from __future__ import annotations
 
 import copy
-import json
 import sys
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
 import mlflow
 import numpy as np
@@ -28,16 +26,20 @@ from mlflow.models import infer_signature
 from mlflow.models.signature import ModelSignature
 from mlflow.types import Schema, TensorSpec
 
-from steps.benchmark.results import BenchmarkReport, fastest_by_batch
+from steps.benchmark.results import fastest_by_batch
 from steps.common import serving
 from steps.common.config import StorageConfig
-from steps.common.optimized_variants import PORTABLE_KINDS, fetch_variant, variant_files
+from steps.common.contracts.benchmark import BenchmarkReport
+from steps.common.contracts.variants import VariantsManifest
+from steps.common.optimized_variants import PORTABLE_KINDS, fetch_variant
+from steps.common.serving.serving_manifest import ServedVariant, ServingManifest
 from steps.common.trained_model import TrainedModel, normalize
 
 LOGGED_NAME = "classifier"
 SERVING = Path(serving.__file__).resolve().parent
 CLASSIFIER = SERVING / "classifier.py"
-CODE_PATHS = [SERVING / "runners.py", SERVING / "strict_input.py"]  # what classifier.py imports
+# what classifier.py imports
+CODE_PATHS = [SERVING / "runners.py", SERVING / "strict_input.py", SERVING / "serving_manifest.py"]
 
 
 class RegistryError(RuntimeError):
@@ -45,12 +47,12 @@ class RegistryError(RuntimeError):
 
 
 def portable_fastest(
-    report: BenchmarkReport, variants: dict[str, Any], margin: float
+    report: BenchmarkReport, variants: VariantsManifest, margin: float
 ) -> dict[int, str]:
     """Per measured batch size, the fastest portable variant within ``margin`` of eager's
     accuracy; empty where none was measured (runtimes not installed, or all failed)."""
     portable = tuple(
-        name for name, entry in variants["variants"].items() if entry.get("kind") in PORTABLE_KINDS
+        name for name, entry in variants.variants.items() if entry.kind in PORTABLE_KINDS
     )
     return fastest_by_batch(report.measured, margin, among=portable)
 
@@ -91,7 +93,7 @@ def log_exported_model(trained: TrainedModel, images: torch.Tensor, registered_n
 
 def log_served_model(
     trained: TrainedModel,
-    variants: dict[str, Any],
+    variants: VariantsManifest,
     fastest: dict[int, str],
     storage: StorageConfig,
     images: torch.Tensor,
@@ -129,7 +131,7 @@ def _requirements() -> list[str]:
 
 def _log_pyfunc(
     trained: TrainedModel,
-    variants: dict[str, Any],
+    variants: VariantsManifest,
     fastest: dict[int, str],
     storage: StorageConfig,
     example: np.ndarray,
@@ -137,30 +139,30 @@ def _log_pyfunc(
 ):
     """The pyfunc's folder (the variants' files and ``serving.json``), logged and
     registered; its signature from running ``classifier.py`` on ``example`` here."""
-    opt_uri = variants["optimized_uri"]
+    opt_uri = variants.optimized_uri
     with tempfile.TemporaryDirectory(prefix="serving-") as tmp:
         folder = Path(tmp) / "variants"
         folder.mkdir()
         files = {}
         for name in sorted(set(fastest.values())):
-            entry = variants["variants"][name]
+            entry = variants.variants[name]
             fetch_variant(opt_uri, entry, storage, folder)
-            files[name] = {
-                "kind": entry["kind"],
-                "file": entry["file"],
-                "precision": entry["precision"],
-                "files": variant_files(entry),
-                "details": entry.get("details", {}),
-            }
-        meta = {
-            "classes": trained.classes,
-            "mean": list(trained.mean),
-            "std": list(trained.std),
-            "threads": max(int(v["details"].get("threads") or 1) for v in files.values()),
-            "variants": files,
-            "fastest_by_batch": {str(b): n for b, n in fastest.items()},
-        }
-        (folder / "serving.json").write_text(json.dumps(meta, indent=2))
+            files[name] = ServedVariant(
+                kind=entry.kind,
+                file=entry.file,
+                precision=entry.precision,
+                files=entry.files,
+                details=entry.details,
+            )
+        meta = ServingManifest(
+            classes=[str(c) for c in trained.classes],
+            mean=list(trained.mean),
+            std=list(trained.std),
+            threads=max(int(v.details.get("threads") or 1) for v in files.values()),
+            variants=files,
+            fastest_by_batch=dict(fastest),
+        )
+        (folder / ServingManifest.DOCUMENT).write_text(meta.to_json())
         # Executing classifier.py (signature check, example) needs runners importable.
         sys.path.insert(0, str(SERVING))
         try:

@@ -1,7 +1,8 @@
 """The served champion: an MLflow pyfunc (models-from-code) over the portable variants.
 
 Logged by ``steps.benchmark.registered_model`` with this file as the model's code and
-``runners.py`` and ``strict_input.py`` beside it in ``code_paths``; ``mlflow models serve``
+``runners.py``, ``strict_input.py`` and ``serving_manifest.py`` (``serving.json``'s contract)
+beside it in ``code_paths``; ``mlflow models serve``
 executes it with only numpy, pandas, mlflow and the runtimes (no torch, no ``steps``).
 ``predict`` takes uint8 ``N x 32 x 32 x 3`` RGB images as staged, normalises them inside,
 runs each request on the variant measured fastest at its batch size, and returns per image
@@ -12,13 +13,13 @@ before MLflow would cast it (``strict_input``, installed for this model's input 
 it loads).
 """
 
-import json
 from pathlib import Path
 
 import mlflow
 import numpy as np
 import pandas as pd
-import runners  # from the model's code_paths, not the steps package
+import runners
+import serving_manifest  # from the model's code_paths, not the steps package
 import strict_input
 from mlflow.exceptions import MlflowException
 from mlflow.types import TensorSpec
@@ -39,20 +40,18 @@ class CifarClassifier(mlflow.pyfunc.PythonModel):
     def load_context(self, context):
         strict_input.install(TensorSpec(np.dtype(np.uint8), (-1, *SHAPE)), EXPECTED)
         folder = Path(context.artifacts["variants"])
-        meta = json.loads((folder / "serving.json").read_text())
-        self.classes = list(meta["classes"])
-        self.mean, self.std = meta["mean"], meta["std"]
+        contract = serving_manifest.ServingManifest
+        meta = contract.read(folder / contract.DOCUMENT)
+        self.classes = list(meta.classes)
+        self.mean, self.std = meta.mean, meta.std
         # Each runner takes the pixels as they come and normalises them itself (OpenVINO
         # inside its compiled graph, off the calling thread).
         pixels = (self.mean, self.std)
         loaded = {
-            name: runners.load_runner(
-                v["kind"], folder / v["file"], v["details"], meta["threads"], pixels
-            )
-            for name, v in meta["variants"].items()
+            name: runners.load_runner(v.kind, folder / v.file, v.details, meta.threads, pixels)
+            for name, v in meta.variants.items()
         }
-        fastest = {int(b): name for b, name in meta["fastest_by_batch"].items()}
-        self.dispatch = runners.Dispatcher(loaded, fastest)
+        self.dispatch = runners.Dispatcher(loaded, meta.fastest_by_batch)
 
     def predict(self, context, model_input, params=None):
         columns = self.predict_columns(model_input)

@@ -1,8 +1,7 @@
 """The served champion: an MLflow pyfunc (models-from-code) over the portable variants.
 
 Logged by ``steps.benchmark.registered_model`` with this file as the model's code and
-``runners.py``, ``strict_input.py`` and ``serving_manifest.py`` (``serving.json``'s contract)
-beside it in ``code_paths``; ``mlflow models serve``
+``runners.py``, ``strict_input.py``, ``serving_manifest.py`` in code_paths; ``mlflow models serve``
 executes it with only numpy, pandas, mlflow and the runtimes (no torch, no ``steps``).
 ``predict`` takes uint8 ``N x 32 x 32 x 3`` RGB images as staged, normalises them inside,
 runs each request on the variant measured fastest at its batch size, and returns per image
@@ -18,8 +17,8 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pandas as pd
-import runners
-import serving_manifest  # from the model's code_paths, not the steps package
+import runners  # from the model's code_paths, not the steps package
+import serving_manifest  # serving.json's contract, from the code_paths too
 import strict_input
 from mlflow.exceptions import MlflowException
 from mlflow.types import TensorSpec

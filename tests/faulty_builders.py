@@ -70,6 +70,11 @@ def job(state: Any, name: str) -> dict[str, Any]:
     return globals()[name](None, None, Path("."))
 
 
+def set_up(name: str) -> dict[str, Any]:
+    """A ``Worker``'s set-up: the builder ``name`` of this module, its answer the state."""
+    return globals()[name](None, None, Path("."))
+
+
 def extra(name: str, builder: str, kind: str = "torchscript") -> str:
     """The ``--set`` value of one extra variant running ``builder`` of this module."""
     return f'{{"name": "{name}", "kind": "{kind}", "builder": "tests.faulty_builders:{builder}"}}'

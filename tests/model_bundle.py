@@ -7,6 +7,7 @@ takes tens of seconds on two cores) is tests/conftest.py's session fixture ``bun
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 from dataclasses import dataclass
@@ -53,11 +54,11 @@ class Bundle:
 
 class InProcessWorker:
     """``steps.common.isolation.Worker``'s stand-in for a test that patches what a build
-    process would load (a runtime made missing, the calibration images): the set-up and
-    the jobs run in the test's own process, where the patch holds. Only for tests about
-    what a builder records, never about the process boundary (tests/test_isolation.py)."""
+    process would load (a runtime made missing): the set-up and the jobs run in the test's
+    own process, where the patch holds. Only for tests about what a builder records, never
+    about the process boundary (tests/test_isolation.py)."""
 
-    def __init__(self, setup, setup_arg, scratch, **options) -> None:
+    def __init__(self, setup, scratch, *, setup_arg=None, **options) -> None:
         self.setup, self.setup_arg, self.state, self.started = setup, setup_arg, None, 0
 
     def __enter__(self) -> InProcessWorker:
@@ -66,10 +67,21 @@ class InProcessWorker:
     def __exit__(self, *exc: object) -> None:
         pass
 
+    def start(self) -> None:
+        pass
+
     def run(self, job, arg, limit_s: float, what: str):
         if not self.started:
-            self.state, self.started = self.setup(self.setup_arg), 1
-        return job(self.state, arg)
+            self.state, self.started = _function(self.setup)(self.setup_arg), 1
+        return _function(job)(self.state, arg)
+
+
+def _function(named):
+    """``module:function`` imported, as the Worker's child does."""
+    if callable(named):
+        return named
+    module, _, name = named.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def stage_synthetic(root: Path, size: int = 600) -> str:

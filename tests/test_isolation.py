@@ -51,7 +51,7 @@ LIMIT_S = 20.0  # the hang's limit: well past a tiny model's TorchScript build a
 def test_a_failing_job_costs_that_job_alone(
     tmp_path: Path, builder: str, cause: str, signal: str | None, frame: str | None
 ) -> None:
-    with Worker(None, None, tmp_path, name="jobs") as worker:
+    with Worker(None, tmp_path, name="jobs") as worker:
         before = worker.run(job, "answers", LIMIT_S, "build")["pid"]
         with pytest.raises(ChildFailed) as failed:
             worker.run(job, builder, 2.0 if builder == "hang" else LIMIT_S, "build")
@@ -66,6 +66,10 @@ def test_a_failing_job_costs_that_job_alone(
         assert failure.limit_s == 2.0 and "still running after 2 s, stopped" in failure.message
     if cause == "exited":
         assert failure.exit_code == 3
+    if cause == "raised":  # the exception's type and first line
+        assert failure.message == (
+            "build: NotImplementedError: operator aten::faulty not supported by this exporter"
+        )
     # the process died with it, except after a Python exception: it goes on there
     assert (after == before) is (cause == "raised")
     assert worker.started == (1 if cause == "raised" else 2)
@@ -73,9 +77,37 @@ def test_a_failing_job_costs_that_job_alone(
 
 @pytest.mark.parametrize(("per_process", "started"), [(None, 1), (1, 3)], ids=["shared", "each"])
 def test_jobs_per_process(tmp_path: Path, per_process: int | None, started: int) -> None:
-    with Worker(None, None, tmp_path, jobs_per_process=per_process) as worker:
+    with Worker(None, tmp_path, jobs_per_process=per_process) as worker:
         pids = {worker.run(job, "answers", LIMIT_S, "build")["pid"] for _ in range(3)}
     assert worker.started == len(pids) == started
+
+
+def test_a_named_set_up_runs_in_the_child_alone(tmp_path: Path) -> None:
+    """``module:function`` set-up and jobs are imported in the child, started ahead of the
+    first job; a set-up that raises fails that job, and the next one starts afresh."""
+    with Worker("tests.faulty_builders:set_up", tmp_path, setup_arg="answers") as worker:
+        worker.start()
+        assert worker.run("tests.faulty_builders:job", "answers", LIMIT_S, "build")["pid"]
+        worker.close()
+        worker.setup_arg = "raises"
+        with pytest.raises(ChildFailed, match=r"^build \(starting its process\): NotImpl"):
+            worker.run("tests.faulty_builders:job", "answers", LIMIT_S, "build")
+        worker.setup_arg = "answers"
+        assert worker.run("tests.faulty_builders:job", "answers", LIMIT_S, "build")["pid"]
+    assert worker.started == 3
+
+
+def test_the_steps_own_process_imports_no_builder() -> None:
+    """The builders (Inductor, ONNX, OpenVINO, TensorRT) are the build process's imports:
+    the step's own process, which only waits for them, is spared them."""
+    builders = ["steps.optimize.builders", "steps.optimize.gate", "steps.optimize.build_job",
+                "steps.optimize.portable", "torch._inductor.package"]  # fmt: skip
+    code = f"import sys, steps.optimize.step\nprint([m for m in {builders} if m in sys.modules])"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,7 @@ def collect(
     skipped: dict[str, NotMeasured] = {}
     scratch = workdir / "first-runs"
     scratch.mkdir(exist_ok=True)
-    with Worker(None, None, scratch, name="first-run") as worker:
+    with Worker(None, scratch, name="first-run") as worker:
         for name, entry in variants.variants.items():
             if not entry.built:
                 skipped[name] = NotMeasured(entry.status, entry.reason)

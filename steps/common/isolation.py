@@ -5,7 +5,9 @@ Native code runs in every builder and runtime the optimize and benchmark steps l
 process down (SIGSEGV, SIGABRT) or never return. ``Worker`` runs such work in a spawned
 child (``spawn``, never ``fork``: a forked CUDA context is unusable, and a fork copies the
 parent's threads' locks mid-state). What crosses between the two is small: the set-up's
-argument (file paths), each job's argument and its result (pickled), never a live model.
+argument (file paths), each job's argument and its result (pickled), never a live model;
+the set-up and the jobs may be named (``module:function``) so that only the child imports
+them.
 
 The child runs ``setup(setup_arg)`` once (within ``startup_limit_s``, imports included),
 then ``job(state, arg)`` per call, one at a time; each within ``limit_s`` seconds. When a
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import multiprocessing
 import os
 import signal
@@ -47,17 +50,23 @@ class ChildFailed(RuntimeError):
         self.failure = failure
 
 
+Function = Callable[..., Any] | str  # or "module:function", imported in the child alone
+
+
 class Worker:
     """A spawned child that makes its state once (``setup(setup_arg)``) and runs jobs on
-    it one at a time (``run``); ``scratch`` holds faulthandler's files. A context manager:
-    the child is stopped on the way out."""
+    it one at a time (``run``); ``scratch`` holds faulthandler's files. ``setup`` and the
+    jobs may be given as ``module:function``: then only the child imports them. ``start``
+    spawns the child ahead of the first job, so that its imports overlap the caller's work
+    (``setup_arg`` may be set until then). A context manager: the child is stopped on the
+    way out."""
 
     def __init__(
         self,
-        setup: Callable[[Any], Any] | None,
-        setup_arg: Any,
+        setup: Function | None,
         scratch: Path,
         *,
+        setup_arg: Any = None,
         name: str = "worker",
         jobs_per_process: int | None = None,
         startup_limit_s: float = STARTUP_LIMIT_S,
@@ -70,6 +79,7 @@ class Worker:
         self._conn: Any = None
         self._faults: Path | None = None
         self._jobs = 0
+        self._ready = False
 
     def __enter__(self) -> Worker:
         return self
@@ -77,19 +87,40 @@ class Worker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, job: Callable[[Any, Any], Any], arg: Any, limit_s: float, what: str) -> Any:
+    def start(self) -> None:
+        """Spawn the child now (if none runs): it imports what it needs while the caller
+        goes on; its set-up waits for the first job."""
+        if self._process is not None:
+            return
+        context = multiprocessing.get_context("spawn")
+        self.started += 1
+        self._faults = self.scratch / f"{self.name}-{self.started}.faults"
+        self._faults.write_bytes(b"")
+        parent, child = context.Pipe()
+        self._process = context.Process(
+            target=_child_main,
+            args=(child, str(self._faults), self.setup),
+            name=f"{self.name}-{self.started}",
+        )
+        self._process.start()
+        child.close()  # the child's end lives in the child: EOF here when it dies
+        self._conn, self._jobs, self._ready = parent, 0, False
+
+    def run(self, job: Function, arg: Any, limit_s: float, what: str) -> Any:
         """``job(state, arg)``'s result, from the child; ``what`` names the work in a
         failure's message. Raises ChildFailed."""
         used_up = self.jobs_per_process is not None and self._jobs >= self.jobs_per_process
         if self._process is not None and used_up:
             self.close()
-        if self._process is None:
-            self._start()
+        self.start()
+        if not self._ready:
+            self._conn.send(("setup", self.setup_arg))
             try:
-                self._answer(self.startup_limit_s, f"{what} (starting its process)")  # "ready"
+                self._answer(self.startup_limit_s, f"{what} (starting its process)")
             except ChildFailed:
                 self.close()  # a set-up that raised has ended its child
                 raise
+            self._ready = True
         self._jobs += 1
         self._conn.send((job, arg))
         return self._answer(limit_s, what)
@@ -107,21 +138,6 @@ class Worker:
             process.join()
         self._conn.close()
 
-    def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.started += 1
-        self._faults = self.scratch / f"{self.name}-{self.started}.faults"
-        self._faults.write_bytes(b"")
-        parent, child = context.Pipe()
-        self._process = context.Process(
-            target=_child_main,
-            args=(child, str(self._faults), self.setup, self.setup_arg),
-            name=f"{self.name}-{self.started}",
-        )
-        self._process.start()
-        child.close()  # the child's end lives in the child: EOF here when it dies
-        self._conn, self._jobs = parent, 0
-
     def _answer(self, limit_s: float, what: str) -> Any:
         assert self._process is not None
         if not self._conn.poll(limit_s):
@@ -138,8 +154,11 @@ class Worker:
         except (EOFError, OSError):  # the child died: how?
             raise ChildFailed(self._death(what)) from None
         if kind == "raised":  # the child goes on: the next job runs in it
-            message = f"{value['type']}: {value['message']}" if value["message"] else value["type"]
-            raise ChildFailed(ProcessFailure(cause="raised", message=message, frame=value["frame"]))
+            raised = f"{value['type']}: {value['message']}" if value["message"] else value["type"]
+            failure = ProcessFailure(
+                cause="raised", message=f"{what}: {raised}", frame=value["frame"]
+            )
+            raise ChildFailed(failure)
         return value
 
     def _death(self, what: str) -> ProcessFailure:
@@ -212,20 +231,28 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _child_main(conn: Any, faults_path: str, setup: Callable | None, setup_arg: Any) -> None:
-    """The child: faulthandler on a file the parent reads, the set-up, then jobs until the
-    parent sends None or goes away."""
+def _child_main(conn: Any, faults_path: str, setup: Function | None) -> None:
+    """The child: faulthandler on a file the parent reads, the set-up's module imported at
+    once, the set-up when its argument comes, then jobs until the parent sends None or goes
+    away."""
     _die_with_parent()
     sys.stdout = sys.stderr  # the step's stdout carries its result alone
     with open(faults_path, "w") as faults:
         faulthandler.enable(faults, all_threads=True)
         faulthandler.register(signal.SIGUSR1, faults, all_threads=True)
         try:
-            state = setup(setup_arg) if setup is not None else None
+            make = _resolve(setup) if setup is not None else None
+            message = conn.recv()
+            if message is None:
+                return
+            state = make(message[1]) if make is not None else None
+        except (EOFError, OSError):
+            return
         except BaseException as exc:  # the set-up failed: the job it was for fails
             conn.send(("raised", _raised(exc)))
             return
         conn.send(("ready", None))
+        jobs: dict[str, Callable] = {}
         while True:
             try:
                 message = conn.recv()
@@ -235,11 +262,21 @@ def _child_main(conn: Any, faults_path: str, setup: Callable | None, setup_arg: 
                 return
             job, arg = message
             try:
+                if isinstance(job, str):
+                    job = jobs.setdefault(job, _resolve(job))
                 result = job(state, arg)
             except BaseException as exc:  # the job's own failure: reported, the child goes on
                 conn.send(("raised", _raised(exc)))
                 continue
             conn.send(("ok", result))
+
+
+def _resolve(function: Function) -> Callable:
+    """``module:function`` imported (here, in the child), or the callable itself."""
+    if callable(function):
+        return function
+    module, _, name = function.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _raised(exc: BaseException) -> dict[str, Any]:

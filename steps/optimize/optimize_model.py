@@ -26,7 +26,7 @@ from steps.common.trained_model import (
     normalize,
     run_batched,
 )
-from steps.optimize.isolated import build_variants
+from steps.optimize.isolated import build_variants, build_worker
 from steps.optimize.manifest import check_config, manifest, reusable, settings
 
 
@@ -84,42 +84,12 @@ def optimize_model(
         print(f"Already optimized: {store.root} (same weights and settings)", file=sys.stderr)
         return OptimizeResult(found, reused=True, **step_seconds(start))
 
-    tracked = None
-    if tracking_wanted(cfg, run_id):
-        from steps.common.pipeline_run import open_run
-
-        tracked = open_run(cfg.tracking, run_id, run_name="optimize")
-    succeeded = False
-    try:
-        print(f"Optimizing {trained.meta['architecture']} on {device.type}", file=sys.stderr)
-        with tempfile.TemporaryDirectory(prefix="optimize-") as tmp:
-            workdir = Path(tmp) / "variants"
-            workdir.mkdir()
-            opt = cfg.optimize
-            samples = max(opt.parity_samples, opt.int8_parity_samples if opt.int8 else 0)
-            x = normalize(split.images[:samples].to(device), trained.mean, trained.std)
-            reference = run_batched(trained.model, x, opt.max_batch)
-            entries = build_variants(
-                opt, trained, x, reference, _calibration(cfg, split.uri, trained, device), workdir
-            )
-            made = manifest(cfg, store.root, trained, split, device, entries)
-            # An older manifest must not point at files this run replaces: drop it first.
-            store.delete(VARIANTS_FILE)
-            for name in sorted({f for e in made.built().values() for f in e.files}):
-                store.upload_file(workdir / name, name)
-            if tracked:
-                from steps.optimize.mlflow_run import log_to_mlflow
-
-                log_to_mlflow(made, workdir, x[:8], device, opt.min_batch)
-        failures = [e.reason for e in made.failed().values() if not e.optional]
-        if failures:
-            raise OptimizeError("; ".join(failures))
-        # The manifest publishes the variants: written only after every file is in place.
-        store.write_bytes(VARIANTS_FILE, made.dumps())
-        succeeded = True
-    finally:
-        if tracked:
-            tracked.finish(succeeded)
+    with (
+        tempfile.TemporaryDirectory(prefix="optimize-") as tmp,
+        build_worker(cfg.optimize, Path(tmp)) as worker,
+    ):
+        worker.start()  # its imports overlap the loading below and MLflow's connection
+        made = _build_and_publish(cfg, trained, split, device, store, run_id, worker, Path(tmp))
     return OptimizeResult(made, reused=False, **step_seconds(start))
 
 
@@ -131,3 +101,43 @@ def _calibration(cfg: PipelineConfig, dataset_uri: str, trained, device):
         return None
     pixels = load_calibration_images(dataset_uri, cfg.storage, opt.calibration_samples)
     return normalize(pixels, trained.mean, trained.std)
+
+
+def _build_and_publish(cfg, trained, split, device, store, run_id, worker, tmp: Path):
+    """Every variant built (``worker``), the files uploaded and logged; ``variants.json``
+    published last, unless a required variant failed (OptimizeError)."""
+    tracked = None
+    if tracking_wanted(cfg, run_id):
+        from steps.common.pipeline_run import open_run
+
+        tracked = open_run(cfg.tracking, run_id, run_name="optimize")
+    succeeded = False
+    try:
+        print(f"Optimizing {trained.meta['architecture']} on {device.type}", file=sys.stderr)
+        workdir = tmp / "variants"
+        workdir.mkdir()
+        opt = cfg.optimize
+        samples = max(opt.parity_samples, opt.int8_parity_samples if opt.int8 else 0)
+        x = normalize(split.images[:samples].to(device), trained.mean, trained.std)
+        reference = run_batched(trained.model, x, opt.max_batch)
+        calibration = _calibration(cfg, split.uri, trained, device)
+        entries = build_variants(opt, trained, x, reference, calibration, workdir, worker)
+        made = manifest(cfg, store.root, trained, split, device, entries)
+        # An older manifest must not point at files this run replaces: drop it first.
+        store.delete(VARIANTS_FILE)
+        for name in sorted({f for e in made.built().values() for f in e.files}):
+            store.upload_file(workdir / name, name)
+        if tracked:
+            from steps.optimize.mlflow_run import log_to_mlflow
+
+            log_to_mlflow(made, workdir, x[:8], device, opt.min_batch)
+        failures = [e.reason for e in made.failed().values() if not e.optional]
+        if failures:
+            raise OptimizeError("; ".join(failures))
+        # The manifest publishes the variants: written only after every file is in place.
+        store.write_bytes(VARIANTS_FILE, made.dumps())
+        succeeded = True
+    finally:
+        if tracked:
+            tracked.finish(succeeded)
+    return made

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO_ROOT))
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from steps.benchmark import step as benchmark  # noqa: E402
+from steps.benchmark import measure as benchmark  # noqa: E402
 from steps.common.config import load_config  # noqa: E402
 from steps.common.dataset import read_manifest, read_split  # noqa: E402
 from steps.common.device import device_name  # noqa: E402
@@ -141,17 +141,17 @@ def peers(onnx_file: Path) -> dict:
     }
 
 
-def served_pixels(doc: dict, opt_dir: Path, trained, threads: int) -> tuple | None:
+def served_pixels(doc, opt_dir: Path, trained, threads: int) -> tuple | None:
     """``(precision, runner, prepare)`` of ``openvino_int8`` as the served pyfunc loads it:
     uint8 N x 32 x 32 x 3 in; ``prepare`` turns the benchmark's normalised images back into
     those pixels (exactly: they were made from them)."""
     from steps.common.serving.runners import load_runner
 
-    entry = doc["variants"].get("openvino_int8", {})
-    if entry.get("status") != "built":
+    entry = doc.variants.get("openvino_int8")  # variants.json (VariantsManifest)
+    if entry is None or not entry.built:
         return None
     pixels = (list(trained.mean), list(trained.std))
-    runner = load_runner("openvino", opt_dir / entry["file"], entry["details"], threads, pixels)
+    runner = load_runner("openvino", opt_dir / entry.file, entry.details, threads, pixels)
     mean = torch.tensor(trained.mean).view(1, 3, 1, 1)
     std = torch.tensor(trained.std).view(1, 3, 1, 1)
 
@@ -182,7 +182,7 @@ def default_compile_ratios(results: dict) -> list[str]:
 
 def table(results: dict, agreement: dict, skipped: dict) -> str:
     """``results``: ``{name: Measured}``, ``skipped``: ``{name: NotMeasured}``
-    (steps.benchmark.results)."""
+    (steps.common.contracts.benchmark)."""
     batches = list(results["eager"].batches)
     peer_names = [n for n in results if n.startswith("peer_")]
     head = " | ".join(f"bs {b} p50 ms" for b in batches)

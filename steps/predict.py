@@ -31,6 +31,8 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from steps.common.config import load_config
+from steps.common.contracts.benchmark import BenchmarkReport
+from steps.common.contracts.variants import BatchRange
 from steps.common.device import pick_device
 from steps.common.optimized_variants import PREFERENCE, load_variants, open_optimized, variant_order
 from steps.common.step_cli import add_common, exit_process, run_main
@@ -110,9 +112,7 @@ def run(args: argparse.Namespace) -> PredictResult:
         name, runner, precision, batch_range = choose_variant(args, cfg, trained, device, Path(tmp))
         if pixels:
             x = normalize(torch.stack(pixels).to(device), trained.mean, trained.std)
-            logits = run_batched(
-                runner, x.to(DTYPES[precision]), batch_range["max"], batch_range["min"]
-            )
+            logits = run_batched(runner, x.to(DTYPES[precision]), batch_range.max, batch_range.min)
             probs = torch.softmax(logits.float(), dim=1).cpu()
     k = args.top_k
     ok = iter(range(len(pixels)))
@@ -155,27 +155,32 @@ def load_image(path: Path) -> torch.Tensor:
     return torch.from_numpy(pixels.copy()).permute(2, 0, 1).contiguous()
 
 
-def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runner, str, dict]:
+EAGER_RANGE = BatchRange(min=1, opt=64, max=256)  # eager runs any batch; chunks of 256
+
+
+def choose_variant(
+    args, cfg, trained, device, workdir: Path
+) -> tuple[str, Runner, str, BatchRange]:
     """(name, runner, precision, batch range) of the best variant that loads here."""
-    eager = ("eager", trained.model, "fp32", {"min": 1, "max": 256})
+    eager = ("eager", trained.model, "fp32", EAGER_RANGE)
     if not args.optimized:
         if args.variant and args.variant != "eager":
             raise InputError(f"--variant {args.variant} needs --optimized OPT_URI")
         return eager
-    doc = open_optimized(args.optimized, trained, cfg.storage)
+    manifest = open_optimized(args.optimized, trained, cfg.storage)
     if getattr(args, "report", None) and not args.variant:
-        return dispatched(args, cfg, doc, trained, device, workdir)
-    if args.variant and args.variant != "eager" and args.variant not in doc["variants"]:
+        return dispatched(args, cfg, manifest, trained, device, workdir)
+    if args.variant and args.variant != "eager" and args.variant not in manifest.variants:
         raise InputError(
-            f"--variant {args.variant}: not in {args.optimized}; has {', '.join(doc['variants'])}"
+            f"--variant {args.variant}: not in {args.optimized}; has {', '.join(manifest.variants)}"
         )
-    order = [args.variant] if args.variant else variant_order(doc)
+    order = [args.variant] if args.variant else variant_order(manifest.variants)
     if order == ["eager"]:
         return eager
-    for variant in load_variants(args.optimized, doc, cfg.storage, device, workdir, order):
+    for variant in load_variants(args.optimized, manifest, cfg.storage, device, workdir, order):
         if variant.runner is not None:
-            precision = variant.entry["precision"]
-            return variant.name, variant.runner, precision, doc["batch_range"]
+            precision = variant.entry.precision
+            return variant.name, variant.runner, precision, manifest.batch_range
         if variant.status == "unavailable":
             print(
                 f"predict: {variant.name} unavailable ({variant.reason}); trying the next",
@@ -185,31 +190,31 @@ def choose_variant(args, cfg, trained, device, workdir: Path) -> tuple[str, Runn
     return eager
 
 
-def dispatched(args, cfg, doc, trained, device, workdir: Path) -> tuple[str, Runner, str, dict]:
+def dispatched(
+    args, cfg, manifest, trained, device, workdir: Path
+) -> tuple[str, Runner, str, BatchRange]:
     """A dispatcher over the variants ``benchmark.json`` measured fastest per batch size."""
     from steps.common.serving.runners import Dispatcher
     from steps.common.storage import open_store
     from steps.common.trained_model import read_json
 
-    report = read_json(
-        open_store(args.report, cfg.storage),
-        "benchmark.json",
-        "pass the REPORT_URI of steps.benchmark",
-    )
-    fastest = {int(b): n for b, n in report.get("fastest_by_batch", {}).items()}
+    store = open_store(args.report, cfg.storage)
+    document = read_json(store, BenchmarkReport.DOCUMENT, "pass the REPORT_URI of steps.benchmark")
+    report = BenchmarkReport.parse(document, store.uri(BenchmarkReport.DOCUMENT))
+    fastest = dict(report.fastest_by_batch)
     names = sorted(set(fastest.values()) - {"eager"})
     runners: dict[str, Runner] = {"eager": trained.model}
-    for variant in load_variants(args.optimized, doc, cfg.storage, device, workdir, names):
+    for variant in load_variants(args.optimized, manifest, cfg.storage, device, workdir, names):
         if variant.runner is None:
             raise InputError(f"--report: {variant.name} cannot run here ({variant.reason})")
-        dtype = DTYPES[variant.entry["precision"]]
+        dtype = DTYPES[variant.entry.precision]
         runners[variant.name] = lambda x, r=variant.runner, d=dtype: r(x.to(d)).float()
     try:
         dispatcher = Dispatcher(runners, fastest)
     except ValueError as exc:
         raise InputError(f"--report {args.report}: {exc}") from None
     table = ", ".join(f"bs {b}: {n}" for b, n in sorted(fastest.items()))
-    return f"dispatch ({table})", dispatcher, "fp32", doc["batch_range"]
+    return f"dispatch ({table})", dispatcher, "fp32", manifest.batch_range
 
 
 def main(argv: list[str] | None = None) -> int:

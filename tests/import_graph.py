@@ -258,6 +258,69 @@ def gpu_benchmark_imports_what_a_bare_gpu_machine_has(graph: dict[str, Module]) 
     return problems
 
 
+# The documents steps hand each other are read through their contracts (issue 40):
+# steps/common/contracts/ (pydantic), and the served model's serving.json through
+# steps/common/serving/serving_manifest.py, which classifier.py imports by its file's name
+# (the model's code_paths). Each reader imports its contract, so none reads one by string
+# keys again; and no other module of steps/ names a document's file: a reader that opens
+# one by hand has to name it.
+CONTRACTS = "steps.common.contracts"
+CONTRACT_READERS = {
+    "steps.common.optimized_variants": f"{CONTRACTS}.variants",  # benchmark, predict
+    "steps.optimize.manifest": f"{CONTRACTS}.variants",  # a rerun reads the one it finds
+    "steps.benchmark.registered_model": f"{CONTRACTS}.variants",
+    "steps.benchmark.champion": f"{CONTRACTS}.variants",
+    "steps.predict": f"{CONTRACTS}.benchmark",  # --report
+    "steps.serve_check.expected": f"{CONTRACTS}.benchmark",
+    "steps.serve_check.check": f"{CONTRACTS}.promotion",
+    "steps.serve_check.rollback": f"{CONTRACTS}.promotion",
+    "steps.serve_check.report": f"{CONTRACTS}.serve_check",
+    "steps.common.serving.classifier": "serving_manifest",
+}
+DOCUMENT_FILES = ("variants.json", "benchmark.json", "serving.json")
+DOCUMENT_OWNERS = (CONTRACTS, "steps.common.serving.serving_manifest")
+
+
+def documents_read_through_their_contract(graph: dict[str, Module]) -> list[str]:
+    """Each reader in ``CONTRACT_READERS`` imports its contract (or the contracts'
+    package); no module of ``steps/`` but the contracts names a document's file in its
+    code (docstrings and comments aside)."""
+    problems = []
+    for reader, contract in CONTRACT_READERS.items():
+        if reader not in graph:
+            problems.append(f"{reader} is gone: CONTRACT_READERS names it")
+        elif not graph[reader].imports & {contract, CONTRACTS}:
+            problems.append(f"{reader} reads its document without importing {contract}")
+    for module in graph.values():
+        if top(module.name) != "steps" or module.name.startswith(DOCUMENT_OWNERS):
+            continue
+        for text in sorted(_code_strings(module.path)):
+            named = [f for f in DOCUMENT_FILES if text == f or text.endswith(f"/{f}")]
+            if named:
+                problems.append(f"{module.name} names {named[0]} outside its contract")
+    return problems
+
+
+def _code_strings(path: Path) -> set[str]:
+    """The string constants of a module's code, its docstrings left out."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+    }
+
+
 RULES = (
     step_imports_only_common_and_itself,
     common_imports_no_step_or_flow,
@@ -267,4 +330,5 @@ RULES = (
     import_cycles,
     only_benchmarks_use_the_test_servers,
     gpu_benchmark_imports_what_a_bare_gpu_machine_has,
+    documents_read_through_their_contract,
 )

@@ -7,6 +7,7 @@ takes tens of seconds on two cores) is tests/conftest.py's session fixture ``bun
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from steps.common.device import cpu_bf16_features
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
 from steps.common.trained_model import load_test_split, normalize
 from steps.optimize import step as optimize
+from steps.optimize.optimize_model import OptimizeResult
 from steps.stage_data.cifar import synthetic_splits
 from steps.stage_data.stage import parse_source, stage_dataset
 
@@ -47,7 +49,39 @@ class Bundle:
     dataset_uri: str
     model_uri: str
     optimized_uri: str
-    optimize_result: dict
+    optimize_result: OptimizeResult
+
+
+class InProcessWorker:
+    """``steps.common.isolation.Worker``'s stand-in for a test that patches what a build
+    process would load (a runtime made missing): the set-up and the jobs run in the test's
+    own process, where the patch holds. Only for tests about what a builder records, never
+    about the process boundary (tests/test_isolation.py)."""
+
+    def __init__(self, setup, scratch, *, setup_arg=None, **options) -> None:
+        self.setup, self.setup_arg, self.state, self.started = setup, setup_arg, None, 0
+
+    def __enter__(self) -> InProcessWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def run(self, job, arg, limit_s: float, what: str):
+        if not self.started:
+            self.state, self.started = _function(self.setup)(self.setup_arg), 1
+        return _function(job)(self.state, arg)
+
+
+def _function(named):
+    """``module:function`` imported, as the Worker's child does."""
+    if callable(named):
+        return named
+    module, _, name = named.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def stage_synthetic(root: Path, size: int = 600) -> str:

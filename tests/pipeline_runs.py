@@ -15,6 +15,7 @@ from typing import Any
 
 from tests.cifar_files import write_cifar_tarball
 from tests.conftest import REPO_ROOT, S3Bucket, pipeline_in
+from tests.faulty_builders import extra
 from tests.mlflow_server import MLflowServer
 from tests.servers import SeaweedFS
 
@@ -31,6 +32,12 @@ SMALL_AFTER_TRAIN = [
 # runs that assert the pipeline's wiring (a launcher, a rollback, a memo hit), not the
 # model's accuracy nor every variant's numbers: 34 s where the smoke run took 86 s here.
 SMALL = ["train.epochs=1", *SMALL_AFTER_TRAIN, "serving.check_concurrency=[1]"]
+# A variant whose builder crashes its build process (SIGSEGV), optional: the step goes on
+# (tests/test_local_pipeline.py asserts it, issue 42).
+CRASHING = [
+    f"optimize.extra_variants=[{extra('segv', 'segfault')}]",
+    'optimize.optional_variants=["segv"]',
+]
 
 
 def sets(overrides: list[str]) -> list[str]:
@@ -88,7 +95,7 @@ def smoke_run_in(
     seaweedfs.client().create_bucket(Bucket=bucket.name)
     pipeline = pipeline_in(bucket, mlflow_server, root)
     tarball = root / "upload" / "cifar-10-python.tar.gz"
-    args = [*pipeline.args, *sets([*SMALL, f"data.source={tarball}", "data.md5=none"])]
+    args = [*pipeline.args, *sets([*SMALL, *CRASHING, f"data.source={tarball}", "data.md5=none"])]
 
     # 1. The upload is not complete yet (half the tarball): staging fails. (A tarball that
     # is not there at all is refused before anything runs.)

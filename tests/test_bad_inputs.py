@@ -25,6 +25,7 @@ from PIL import Image
 
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
 from tests.conftest import REPO_ROOT
+from tests.contract_samples import BENCHMARK
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -201,8 +202,8 @@ CASES = [
      "http://127.0.0.1:9", "--dataset", "inputs", "--benchmark", "inputs", "--batch", "2000"],
      {}, 2, "--batch 2000: use 1..1024"),
     ("serve_check: not a dataset", ["-m", "steps.serve_check", "--url", "http://127.0.0.1:9",
-     "--dataset", "inputs", "--benchmark", '{"variants": {"eager": {"accuracy": 1}}, '
-     '"test_images": 10}'], {}, 2, "no manifest.json, so not a staged dataset"),
+     "--dataset", "inputs", "--benchmark", BENCHMARK.dumps().decode()], {}, 2,
+     "no manifest.json, so not a staged dataset"),
 ]  # fmt: skip
 
 

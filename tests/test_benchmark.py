@@ -21,9 +21,9 @@ from steps.benchmark import step as benchmark
 from steps.benchmark.champion import decide
 from steps.benchmark.previous import previous_version
 from steps.benchmark.report import plot_figure
-from steps.benchmark.results import TRACKING_OFF, Challenger, Champion, Decision, Promotion
 from steps.common import optimized_variants
 from steps.common.config import ConfigError, PipelineConfig
+from steps.common.contracts import TRACKING_OFF, Challenger, Champion, Decision, Promotion
 from steps.common.models import build_model
 from steps.common.trained_model import InputError
 from steps.optimize import step as optimize
@@ -56,7 +56,7 @@ def result(bundle: Bundle, tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = benchmark.run(args)  # "report": the typed report; "doc": benchmark.json as published
     return {
         "root": root,
-        **out,
+        "report": out.report,
         "doc": json.loads((root / "report" / "benchmark.json").read_text()),
     }
 
@@ -193,10 +193,10 @@ def test_promotion_decision(challenger, champion, promoted: bool, reason: str) -
 
 def _promotion(promoted: bool | None, version: str, reason: str = "") -> Promotion:
     if promoted is None:  # MLflow tracking off: no decision
-        return Promotion()
+        return Promotion.untracked()
     challenger = Challenger(0.9, 5.0, gate_batch=256, device_name=CPU, variant="onnx")
     decision = Decision(challenger, None, 0.002, 0.1, promoted, reason)
-    return Promotion(decision, "cifar10-classifier", "champion", version)
+    return Promotion.of(decision, "cifar10-classifier", "champion", version)
 
 
 @pytest.mark.parametrize(
@@ -276,9 +276,9 @@ def test_registry_promotes_the_better_model_only(
         reads.clear()
         outcome = benchmark.run(args)
         assert reads == [opt.as_uri()]
-        outcomes.append(outcome["promoted"])
+        outcomes.append(outcome.promoted)
         summary = json.loads((tmp_path / f"o{i}" / "summary.json").read_text())
-        assert summary["promoted"] is outcome["promoted"]
+        assert summary["promoted"] is outcome.promoted
     assert outcomes == [True, True, False]
     # Who held the alias before each run: what a failed live check moves it back to.
     previous = [(tmp_path / f"o{i}" / "previous-version").read_text() for i in range(3)]
@@ -372,7 +372,7 @@ def test_variants_and_report_in_s3(bundle: Bundle, s3_bucket, tmp_path: Path) ->
     args = bench_args(bundle.model_uri, opt, bundle.dataset_uri, report, *S3_SETS)
     args.output = report
     result = benchmark.run(args)
-    assert "torchscript" in result["report"].measured
+    assert "torchscript" in result.report.measured
     client = s3_bucket.server.client()
     keys = {o["Key"] for o in client.list_objects_v2(Bucket=s3_bucket.name)["Contents"]}
     assert {

@@ -105,7 +105,7 @@ def test_the_default_compile_ratios_read_the_measured_variants() -> None:
     quick run measures no OpenVINO INT8, so they are checked here; a full run crashed on
     them once, after its whole table (they read the measured variants as dicts)."""
     from benchmarks.inference import default_compile_ratios
-    from steps.benchmark.results import Measured, Timing
+    from steps.common.contracts.benchmark import Measured, Timing
 
     def measured(precision: str, p50: dict[int, float]) -> Measured:
         timing = {b: Timing(1, ms, ms, ms, ms, ms, ms, 1e3 / ms, 0.0, 1.0) for b, ms in p50.items()}
@@ -155,3 +155,13 @@ def test_serving_quick_serves_the_champion_and_leaves_nothing_behind(
     assert "MLServer" not in out and "mlflow models serve" not in out  # --quick: no peers
     assert re.search(rf"^\| steps.serve.pixels \| \d+ \| {MS}x \|$", out, re.M), out
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_optimize_isolation_quick() -> None:
+    """Both ways of building the variants run the real step and report their processes:
+    one for TorchScript alone either way."""
+    out = bench("optimize_isolation.py", "--quick")
+    assert "optimize step on smoke.yaml (quick), 1 round(s)" in out
+    for row in ("one build process (default)", "a process per variant"):
+        assert re.search(rf"\| {re.escape(row)} \| {NUMBER} \| {NUMBER}x \| 1 \|", out), out

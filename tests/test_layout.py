@@ -84,6 +84,20 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         },
         "benchmarks.serving imports tests.test_serve",
     ),
+    # a reader back on string keys: it no longer imports its contract
+    "documents_read_through_their_contract": (
+        {"steps/serve_check/rollback.py": "def read(doc):\n    return doc['version']\n"},
+        "steps.serve_check.rollback reads its document without importing "
+        "steps.common.contracts.promotion",
+    ),
+    # a module opening a document by hand names its file
+    "documents_read_through_their_contract (a file's name)": (
+        {
+            "steps/predict.py": "import json\n\ndef read(store):\n"
+            "    return json.loads(store.read_bytes('benchmark.json'))\n"
+        },
+        "steps.predict names benchmark.json outside its contract",
+    ),
     "gpu_benchmark_imports_what_a_bare_gpu_machine_has": (
         {
             "benchmarks/gpu.py": "import torch\nfrom steps.train.fit import fit\n",

@@ -7,10 +7,12 @@ smoke run itself is test_first_hour.py's), against a real SeaweedFS S3 server an
 One run (conftest.py's session fixture ``smoke_run``, tests/pipeline_runs.py), shared by
 the tests below and tests/test_review_smoke.py, which only read it: staging fails on a
 tarball whose upload is not complete yet, the run is resumed as printed once the upload is
-whole, and it ends with the first champion deployed, checked live and stopped. Then the
-same run again: a second workflow that reuses stage, train, optimize and benchmark from
-the memo cache (their keys did not change) and deploys and checks the champion they
-decided."""
+whole, and it ends with the first champion deployed, checked live and stopped. One extra
+optimize variant's builder segfaults (``optimize.extra_variants``,
+tests/faulty_builders.py): the run still ends Succeeded, that variant recorded as crashed
+(issue 42). Then the same run again: a second workflow that reuses stage, train, optimize
+and benchmark from the memo cache (their keys did not change) and deploys and checks the
+champion they decided."""
 
 from __future__ import annotations
 
@@ -92,6 +94,26 @@ def test_the_first_champion_is_deployed_checked_live_and_stopped(smoke_run) -> N
     note = mlflow_run.data.tags["mlflow.note.content"]
     assert re.search(r"\*\*Registry\*\* promoted: v\d+ \((first champion|accuracy)", note), note
     assert f"**Stopped** `{service['url']}` was this local run's server" in note
+
+
+def test_a_variant_whose_builder_crashes_costs_that_variant_alone(smoke_run) -> None:
+    """Issue 42: the run ends Succeeded; optimize built the others and recorded the crash
+    (its summary, its log, the pipeline's MLflow run), and the benchmark lists it."""
+    run, mlflow = smoke_run
+    assert run.resumed.returncode == 0, run.resumed.stderr[-3000:]
+    state = state_of(run.run_dir)
+    assert state["tasks"]["optimize"]["state"] == "Succeeded"
+    (found,) = (run.run_dir / "tasks" / "optimize").glob("outputs/**/summary.json")
+    variants = json.loads(found.read_text())["variants"]
+    assert variants["onnx"]["status"] == "built"
+    assert (variants["segv"]["status"], variants["segv"]["failure"]) == ("failed", "crashed")
+    reason = variants["segv"]["reason"]
+    assert reason.startswith("build: process crashed (SIGSEGV, in File ") and "string_at" in reason
+    log = (run.run_dir / "logs" / "optimize.log").read_text()
+    assert re.search(r"segv +fp32 +failed +build: process crashed \(SIGSEGV", log), log[-2000:]
+    report = (run.run_dir / "artifacts" / "benchmark" / "report.md").read_text()
+    assert f"- segv: failed: {reason}" in report
+    assert mlflow.get_run(run.run_id).data.tags["optimize.failed.segv"] == reason
 
 
 def test_each_step_reports_its_work_and_its_start_up(smoke_run) -> None:

@@ -4,8 +4,6 @@ reason on a CPU; MLflow gets each file, its numbers, and reloads it."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import importlib.util
 import json
 import re
@@ -20,6 +18,7 @@ import torch
 from torch._inductor.package import load_package
 
 from steps.common.config import ConfigError, OptimizeConfig, load_config
+from steps.common.contracts.variants import VariantEntry
 from steps.common.device import cpu_capability
 from steps.common.optimized_variants import (
     LARGE_BATCH_PROGRAM,
@@ -32,6 +31,7 @@ from steps.optimize import builders, variants
 from steps.optimize import step as optimize
 from steps.optimize.builders import SMALL_BATCH_PROBE_LIMIT
 from tests.conftest import REPO_ROOT
+from tests.faulty_builders import extra
 from tests.model_bundle import (
     BF16_CPU,
     CPU_VARIANTS,
@@ -94,7 +94,7 @@ def test_aoti_small_batch_program_is_chosen_by_timing(bundle: Bundle) -> None:
         (b for b, w in zip(batches, won, strict=True) if w), default=0
     )
     path = bundle.root / "opt" / entry["file"]
-    runner = load_variant_file(entry, path, torch.device("cpu"))
+    runner = load_variant_file(VariantEntry(**entry), path, torch.device("cpu"))
     if crossover["max_batch"] == 0:
         assert not isinstance(runner, BatchSizeDispatch)
         with pytest.raises(Exception):  # noqa: B017 - the package holds one program only
@@ -127,8 +127,11 @@ def test_aoti_without_small_batch_program(tmp_path: Path) -> None:
         load_package(str(tmp_path / spec.file), SMALL_BATCH_PROGRAM)
     x = torch.randn(3, 3, 32, 32)
     with torch.inference_mode():
-        entry = {"kind": "aoti", "precision": "fp32", "cpu_capability": cpu_capability()}
-        out = load_variant_file({**entry, "details": details}, tmp_path / spec.file, x.device)(x)
+        entry = VariantEntry(
+            kind="aoti", file=spec.file, precision="fp32", status="built",
+            cpu_capability=cpu_capability(), details=details,
+        )  # fmt: skip
+        out = load_variant_file(entry, tmp_path / spec.file, x.device)(x)
     assert torch.allclose(out, model(x), atol=1e-4)
 
 
@@ -148,43 +151,28 @@ def test_rerun_with_same_weights_and_settings_reuses(bundle: Bundle, tmp_path: P
     args = optimize_args(bundle.model_uri, bundle.dataset_uri, bundle.root / "opt")
     args.outputs_dir = tmp_path
     result = optimize.run(args)
-    assert result["reused"]
+    assert result.reused
     assert json.loads((tmp_path / "summary.json").read_text())["reused"]
 
 
-def _perturbed_torchscript(real):
-    def build(spec, ctx, path):
-        model = copy.deepcopy(ctx.model)
-        with torch.no_grad():
-            for param in model.parameters():
-                param.add_(torch.randn_like(param) * 0.5)
-        return real(spec, dataclasses.replace(ctx, model=model, _exported={}), path)
-
-    return build
-
-
 @pytest.mark.parametrize(
-    ("optional", "outcome"), [([], "fails the step"), (["torchscript"], "is recorded")]
+    ("optional", "outcome"), [([], "fails the step"), (["perturbed"], "is recorded")]
 )
 def test_perturbed_variant_fails_the_gate(
-    bundle: Bundle,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    optional: list[str],
-    outcome: str,
+    bundle: Bundle, tmp_path: Path, optional: list[str], outcome: str
 ) -> None:
-    monkeypatch.setitem(
-        builders.BUILDERS, "torchscript", _perturbed_torchscript(builders.build_torchscript)
-    )
+    # A TorchScript file of the model with its weights perturbed, built by an extra
+    # variant's own builder (tests/faulty_builders.py) in the step's build process.
     args = optimize_args(
         bundle.model_uri,
         bundle.dataset_uri,
         tmp_path / "opt",
-        "optimize.variants=[torchscript]",
+        "optimize.variants=[]",
+        f"optimize.extra_variants=[{extra('perturbed', 'perturbed_torchscript')}]",
         f"optimize.optional_variants={json.dumps(optional)}",
     )
     message = (
-        r"torchscript \(fp32\) failed the parity gate on 64 held-out images: "
+        r"perturbed \(fp32\) failed the parity gate on 64 held-out images: "
         r"max \|logit diff\| [\d.e+-]+ > 0\.001 \(optimize\.fp32_max_abs_diff\), "
         r"top-1 agreement [\d.]+ [<>]=? 0\.995 \(optimize\.min_top1_agreement\)"
     )
@@ -193,7 +181,7 @@ def test_perturbed_variant_fails_the_gate(
             optimize.run(args)
         assert not (tmp_path / "opt" / "variants.json").exists()
     else:
-        entry = optimize.run(args)["doc"]["variants"]["torchscript"]
+        entry = optimize.run(args).manifest.document()["variants"]["perturbed"]
         assert entry["status"] == "failed"
         assert entry["parity"]["max_abs_diff"] > 1e-3
         assert re.search(message, entry["reason"])
@@ -278,7 +266,7 @@ def test_tensorrt_variants_pass_parity_on_gpu(bundle: Bundle, tmp_path: Path) ->
     args = optimize_args(
         bundle.model_uri, bundle.dataset_uri, tmp_path / "opt", "optimize.variants=[tensorrt]"
     )
-    doc = optimize.run(args)["doc"]
+    doc = optimize.run(args).manifest.document()
     for name in ("tensorrt_fp32", "tensorrt_fp16", *(["tensorrt_int8"] if HAS_MODELOPT else [])):
         assert doc["variants"][name]["status"] == "built", doc["variants"][name]
         assert doc["variants"][name]["parity"]["passed"]

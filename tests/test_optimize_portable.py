@@ -18,10 +18,10 @@ import torch
 
 from steps.common.config import PipelineConfig
 from steps.common.trained_model import load_test_split, load_trained, normalize
-from steps.optimize import portable
+from steps.optimize import isolated, optimize_model
 from steps.optimize import step as optimize
 from tests.conftest import REPO_ROOT
-from tests.model_bundle import Bundle, optimize_args
+from tests.model_bundle import Bundle, InProcessWorker, optimize_args
 
 PORTABLE = ["onnx", "openvino"]
 INT8 = ["onnx_int8", "openvino_int8"]
@@ -62,14 +62,13 @@ def test_int8_below_the_gate_is_not_shipped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Calibrating on images 50x too dim clips every real activation: agreement collapses.
-    real = portable.calibration_batches
-    monkeypatch.setattr(
-        portable, "calibration_batches", lambda ctx, batch=32: [b * 0.02 for b in real(ctx, batch)]
-    )
+    # (The step hands the build process its calibration images: dimmed here, on their way.)
+    real = optimize_model._calibration
+    monkeypatch.setattr(optimize_model, "_calibration", lambda *a: real(*a) * 0.02)
     args = optimize_args(
         bundle.model_uri, bundle.dataset_uri, tmp_path / "opt", "optimize.variants=[onnx]"
     )
-    doc = optimize.run(args)["doc"]  # optional by default: the step still succeeds
+    doc = optimize.run(args).manifest.document()  # optional by default: the step still succeeds
     entry = doc["variants"]["onnx_int8"]
     assert entry["status"] == "failed"
     assert re.search("onnx_int8 " + NOT_SHIPPED, entry["reason"]), entry["reason"]
@@ -85,11 +84,12 @@ def test_runtime_not_installed_is_skipped_with_reason(
     module: str,
     kind: str,
 ) -> None:
+    monkeypatch.setattr(isolated, "Worker", InProcessWorker)  # the build where the patch is
     monkeypatch.setitem(sys.modules, module, None)  # what find_spec sees of a missing package
     args = optimize_args(
         bundle.model_uri, bundle.dataset_uri, tmp_path / "opt", f"optimize.variants=[{kind}]"
     )
-    doc = optimize.run(args)["doc"]
+    doc = optimize.run(args).manifest.document()
     entry = doc["variants"][kind]
     assert entry["status"] == "skipped"
     assert f"{module} not installed (pip install 'cifar-pipeline[{kind}]')" in entry["reason"]

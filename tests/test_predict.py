@@ -24,6 +24,7 @@ from steps.common.optimized_variants import PREFERENCE, variant_order
 from steps.common.trained_model import InputError, load_test_split, normalize
 from steps.optimize.variants import NAMES
 from tests.conftest import REPO_ROOT
+from tests.contract_samples import benchmark_with
 from tests.model_bundle import BF16_CPU, FASTEST, Bundle
 
 
@@ -195,8 +196,7 @@ def test_every_variant_optimize_makes_has_a_place_in_the_order() -> None:
     ids=["cpu-fp32", "int8-first", "unknown-last"],
 )
 def test_variant_order_without_a_benchmark(built: list[str], order: list[str]) -> None:
-    doc = {"variants": {name: {"status": "built"} for name in built}}
-    assert variant_order(doc) == order
+    assert variant_order(built) == order
 
 
 @pytest.mark.parametrize(
@@ -251,9 +251,8 @@ def test_report_dispatches_per_batch_size(
 ) -> None:
     """With --report, each batch runs on the variant the benchmark measured fastest at the
     nearest measured batch size at or below it; the classes match eager's."""
-    (tmp_path / "benchmark.json").write_text(
-        json.dumps({"fastest_by_batch": {"1": "onnx_int8", "4": "openvino"}})
-    )
+    report = benchmark_with({1: "onnx_int8", 4: "openvino"})  # a valid one: its table matters
+    (tmp_path / "benchmark.json").write_bytes(report.dumps())
     images = [pictures["paths"]["odd.png"]] * count
     args = predict_args(images, bundle.model_uri, bundle.optimized_uri, report=str(tmp_path))
     result = predict.run(args)

@@ -277,7 +277,7 @@ def test_the_benchmark_puts_a_left_alias_back_before_it_decides(
     result = benchmark.run(
         champion_args(bundle, tmp_path / "report", registry.name, outputs_dir=out)
     )
-    assert result["promoted"] is False
+    assert result.promoted is False
     assert registry.alias() == served
     assert (out / "previous-version").read_text() == served
     reason = registry.client.get_model_version(registry.name, left).tags["serving.rollback"]

@@ -25,8 +25,10 @@ import pytest
 from mlflow.exceptions import MlflowException
 
 from steps.benchmark import step as benchmark
+from steps.common.contracts.benchmark import BenchmarkReport, Measured
 from steps.common.per_image import mixed_accuracy_bounds, pack_correct, prefix_accuracy
 from steps.serve_check import step as serve_check
+from steps.serve_check.expected import accuracy_range, expected_accuracy
 from steps.serve_check.report import merged_note
 from tests.mlflow_server import mlflow_models_serve
 from tests.model_bundle import Bundle, champion_args
@@ -101,23 +103,23 @@ def test_a_passing_check_logs_the_served_numbers(
     args = serve_check.build_parser().parse_args(check_argv(served, champion, report, tmp_path))
     result = serve_check.run(args)
     doc, client = champion["doc"], champion["client"]
-    low, high, _ = serve_check.expected_accuracy(doc)
+    low, high, _ = expected_accuracy(BenchmarkReport.parse(doc))
     margin = 0.002  # benchmark.accuracy_margin's default
-    assert result["passed"] and result["images"] == doc["test_images"]
-    assert low - margin <= result["accuracy"] <= high + margin
-    assert set(result["by_concurrency"]) == {"1", "4"}
+    assert result.passed and result.images == doc["test_images"]
+    assert low - margin <= result.accuracy <= high + margin
+    assert set(result.by_concurrency) == {1, 4}
     assert (tmp_path / "passed").read_text() == "true"
-    assert float((tmp_path / "accuracy").read_text()) == pytest.approx(result["accuracy"])
+    assert float((tmp_path / "accuracy").read_text()) == pytest.approx(result.accuracy)
     assert (tmp_path / "previous-version").read_text() == ""
     run = client.get_run(champion["run_id"])
     metrics = run.data.metrics
-    assert metrics["serving/accuracy"] == pytest.approx(result["accuracy"])
+    assert metrics["serving/accuracy"] == pytest.approx(result.accuracy)
     for n in (1, 4):
-        cell = result["by_concurrency"][str(n)]
-        assert 0 < cell["p50_ms"] <= cell["p99_ms"] and cell["requests_per_s"] > 0
-        assert metrics[f"serving/c{n}/p99_ms"] == pytest.approx(cell["p99_ms"])
-    assert metrics["serving/p50_ms"] == pytest.approx(result["by_concurrency"]["1"]["p50_ms"])
-    by4 = result["by_concurrency"]["4"]["requests_per_s"]
+        cell = result.by_concurrency[n]
+        assert 0 < cell.p50_ms <= cell.p99_ms and cell.requests_per_s > 0
+        assert metrics[f"serving/c{n}/p99_ms"] == pytest.approx(cell.p99_ms)
+    assert metrics["serving/p50_ms"] == pytest.approx(result.by_concurrency[1].p50_ms)
+    by4 = result.by_concurrency[4].requests_per_s
     assert metrics["serving/requests_per_s"] == pytest.approx(by4)
     assert run.data.tags["serving.url"] == served
     note = run.data.tags["mlflow.note.content"]
@@ -126,8 +128,8 @@ def test_a_passing_check_logs_the_served_numbers(
     assert alias_version(client) == "1"
     # mlflow models serve has no GET /v2/models/<name>: the version goes unconfirmed, and
     # no GET /v2 declaring binary tensors: ``auto`` speaks MLflow's scoring protocol
-    assert result["version_confirmed"] is False
-    assert result["protocol"] == "mlflow"
+    assert result.version_confirmed is False
+    assert result.protocol == "mlflow"
     assert json.loads((tmp_path / "summary.json").read_text())["protocol"] == "mlflow"
 
 
@@ -330,15 +332,15 @@ def test_the_check_confirms_the_version_this_run_deployed(
             check_argv(ours.url, champion, report, tmp_path / "ok")
         )
         result = serve_check.run(args)
-        assert result["passed"] and result["version_confirmed"] is True
+        assert result.passed and result.version_confirmed is True
         # GET /v2 declares binary_tensor_data: ``auto`` checks it as KServe's clients call it
-        assert result["protocol"] == "v2"
+        assert result.protocol == "v2"
         # the same server on MLflow's scoring route, as configured, serves the same answers
         argv = check_argv(ours.url, champion, report, tmp_path / "mlflow")
         argv += ["--set", "serving.check_protocol=mlflow"]
         by_mlflow = serve_check.run(serve_check.build_parser().parse_args(argv))
-        assert by_mlflow["passed"] and by_mlflow["protocol"] == "mlflow"
-        assert by_mlflow["accuracy"] == result["accuracy"]
+        assert by_mlflow.passed and by_mlflow.protocol == "mlflow"
+        assert by_mlflow.accuracy == result.accuracy
 
         version = client.create_model_version(NAME, f"models:/{NAME}/1").version
         client.set_registered_model_alias(NAME, "champion", version)
@@ -376,31 +378,33 @@ def test_a_check_on_fewer_images_expects_the_benchmarks_accuracy_on_those(
                                     dtype=np.uint8))[:count].astype(bool)
         for n in names
     ])  # fmt: skip
-    low, high, _ = serve_check.expected_accuracy(doc, count)
+    low, high, _ = expected_accuracy(BenchmarkReport.parse(doc), count)
     # any dispatched variant may answer an image: every one right .. any one right
     assert (low, high) == (by_hand.all(axis=0).mean(), by_hand.any(axis=0).mean())
     report = str(champion["root"] / "report")
     argv = check_argv(served, champion, report, tmp_path, f"serving.check_samples={count}")
     result = serve_check.run(serve_check.build_parser().parse_args(argv))
-    assert result["passed"] and result["images"] == count
-    assert result["expected_accuracy"]["low"] == low
+    assert result.passed and result.images == count
+    assert result.expected_accuracy.low == low
     # more than the benchmark measured: only what it measured is sent
     more = int(doc["test_images"]) + 50
     argv = check_argv(served, champion, report, tmp_path, f"serving.check_samples={more}")
-    assert serve_check.run(serve_check.build_parser().parse_args(argv))["images"] == int(
+    assert serve_check.run(serve_check.build_parser().parse_args(argv)).images == int(
         doc["test_images"]
     )
     old = json.loads(json.dumps(doc))
     for variant in old["variants"].values():
-        variant.pop("correct", None)
+        if variant["status"] == "measured":  # per-image results not recorded
+            variant["correct"] = None
+    old_report = BenchmarkReport.parse(old)
     with pytest.raises(serve_check.BadInput, match=r"serving.check_samples 37 < the benchmark"):
-        serve_check.expected_accuracy(old, count)
+        expected_accuracy(old_report, count)
     # without per-image results: the variants' lowest and highest accuracy, which the
     # per-image range holds
     accuracies = [float(doc["variants"][n]["accuracy"]) for n in names]
-    old_low, old_high, _ = serve_check.expected_accuracy(old)
+    old_low, old_high, _ = expected_accuracy(old_report)
     assert (old_low, old_high) == (min(accuracies), max(accuracies))
-    low, high, _ = serve_check.expected_accuracy(doc)
+    low, high, _ = expected_accuracy(BenchmarkReport.parse(doc))
     assert low <= old_low <= old_high <= high
 
 
@@ -426,16 +430,13 @@ def test_the_expected_range_holds_any_mix_of_the_dispatched_variants() -> None:
     within 0.002, onnx and openvino_int8 by batch size)."""
     first = pack_correct(np.array([1, 1, 0, 0], dtype=bool))
     second = pack_correct(np.array([1, 0, 1, 0], dtype=bool))
-    doc = {
-        "test_images": 4,
-        "promotion": {"served_by_batch": {"1": "onnx", "8": "openvino_int8"}},
-        "variants": {
-            "onnx": {"accuracy": 0.5, "correct": first},
-            "openvino_int8": {"accuracy": 0.5, "correct": second},
-        },
+    variants = {
+        "onnx": Measured("fp32", 0.5, first, {}),
+        "openvino_int8": Measured("int8", 0.5, second, {}),
     }
-    assert serve_check.expected_accuracy(doc) == (0.25, 0.75, "onnx, openvino_int8")
-    assert serve_check.expected_accuracy(doc, 2) == (0.5, 1.0, "onnx, openvino_int8")
+    served = {1: "onnx", 8: "openvino_int8"}
+    assert accuracy_range(variants, served, 4) == (0.25, 0.75, "onnx, openvino_int8")
+    assert accuracy_range(variants, served, 4, 2) == (0.5, 1.0, "onnx, openvino_int8")
     assert mixed_accuracy_bounds([first], 4, 4) == (0.5, 0.5)  # one variant: its accuracy
 
 

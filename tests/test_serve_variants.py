@@ -11,6 +11,7 @@ Open Inference Protocol, binary and JSON, and MLflow's ``/invocations``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 
@@ -26,12 +27,14 @@ from steps.benchmark.registered_model import (
     runtime,
     served_fastest,
 )
-from steps.benchmark.results import Measured, Timing
 from steps.common.config import PipelineConfig
+from steps.common.contracts.benchmark import Measured, Timing
+from steps.common.contracts.variants import VariantEntry
 from steps.common.optimized_variants import fetch_variant, load_variant_file, read_variants
 from steps.common.serving import runners, torch_runners
 from steps.common.serving.client import ServingClient
 from steps.common.trained_model import DTYPES, load_test_split, load_trained, normalize
+from tests.contract_samples import VARIANTS as SAMPLE_VARIANTS
 from tests.model_bundle import CPU_VARIANTS, PORTABLE_VARIANTS
 from tests.serving_helpers import raw_post, serving
 
@@ -51,9 +54,9 @@ def reference(bundle, variant: str, images: torch.Tensor, tmp_path) -> np.ndarra
         run, dtype = trained.model, torch.float32
     else:
         doc = read_variants(bundle.optimized_uri, cfg.storage)
-        entry = doc["variants"][variant]
+        entry = doc.variants[variant]
         path = fetch_variant(bundle.optimized_uri, entry, cfg.storage, tmp_path)
-        run, dtype = load_variant_file(entry, path, CPU), DTYPES[entry["precision"]]
+        run, dtype = load_variant_file(entry, path, CPU), DTYPES[entry.precision]
     with torch.inference_mode():
         return torch.softmax(run(x.to(dtype)).float(), 1).numpy()
 
@@ -68,7 +71,7 @@ def test_a_champion_of_each_variant_answers_uint8_in_both_protocols(
     cfg = PipelineConfig()
     doc = read_variants(bundle.optimized_uri, cfg.storage)
     if variant != "eager":
-        assert doc["variants"][variant]["status"] == "built", doc["variants"][variant]
+        assert doc.variants[variant].built, doc.variants[variant]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
     trained = load_trained(bundle.model_uri, cfg.storage, CPU)
     split = load_test_split(bundle.dataset_uri, cfg.storage)
@@ -83,7 +86,8 @@ def test_a_champion_of_each_variant_answers_uint8_in_both_protocols(
     classes = expected.argmax(1)
     # Torch variants normalise as the benchmark does, bit for bit: the same logits. The
     # portable ones normalise in their runtime (OpenVINO inside its graph): to rounding.
-    atol = 1e-6 if doc["variants"].get(variant, {"kind": "eager"})["kind"] != "openvino" else 1e-4
+    openvino = variant in doc.variants and doc.variants[variant].kind == "openvino"
+    atol = 1e-4 if openvino else 1e-6
 
     with serving({"uri": mlflow_server.uri}, model=f"models:/{name}/1") as running:
         with ServingClient(running.url) as client:
@@ -139,14 +143,19 @@ def measured(accuracy: float, p50: dict[int, float], precision: str = "fp32") ->
     return Measured(precision, accuracy, "", {b: timing(ms) for b, ms in p50.items()})
 
 
-VARIANTS_DOC = {
-    "variants": {
-        "torchscript": {"kind": "torchscript"},
-        "aoti": {"kind": "aoti"},
-        "onnx": {"kind": "onnx"},
-        "openvino_int8": {"kind": "openvino"},
-    }
-}
+# variants.json of the four variants the cases below measure (their kinds decide)
+VARIANTS_DOC = dataclasses.replace(
+    SAMPLE_VARIANTS,
+    variants={
+        name: VariantEntry(kind, f"{name}.bin", "int8" if "int8" in name else "fp32", "built")
+        for name, kind in {
+            "torchscript": "torchscript",
+            "aoti": "aoti",
+            "onnx": "onnx",
+            "openvino_int8": "openvino",
+        }.items()
+    },
+)
 
 
 @pytest.mark.parametrize(

@@ -239,7 +239,12 @@ def test_served_code_imports_neither_torch_nor_steps() -> None:
     assert outputs[0][0] == "loaded"
     assert outputs[0][1].startswith("torch is not installed: this champion runs a torch variant")
     assert outputs[1] == ["loaded"]
-    assert {p.stem for p in CODE_PATHS} == {"runners", "torch_runners", "strict_input"}
+    assert {p.stem for p in CODE_PATHS} == {
+        "runners",
+        "torch_runners",
+        "strict_input",
+        "serving_manifest",
+    }
 
 
 def test_openvino_runner_answers_concurrent_callers(bundle: Bundle) -> None:
@@ -269,7 +274,7 @@ def test_pixel_runner_equals_normalising_first(bundle: Bundle, kind: str) -> Non
     at or above OpenVINO's THROUGHPUT threshold (the batch split across streams)."""
     from steps.common.serving.runners import load_runner, normalise_uint8
 
-    variant = bundle.optimize_result["doc"]["variants"][kind]
+    variant = bundle.optimize_result.manifest.document()["variants"][kind]
     if variant["status"] != "built":
         pytest.skip(f"{kind} was not built here: {variant.get('reason')}")
     cfg = PipelineConfig()

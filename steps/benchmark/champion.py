@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import asdict
-from typing import Any
 
 import mlflow
 import torch
@@ -40,8 +39,10 @@ from steps.benchmark.registered_model import (
     runtime,
     served_fastest,
 )
-from steps.benchmark.results import BenchmarkReport, Challenger, Champion, Decision, Promotion
 from steps.common.config import PipelineConfig
+from steps.common.contracts.benchmark import BenchmarkReport
+from steps.common.contracts.promotion import Challenger, Champion, Decision, Promotion
+from steps.common.contracts.variants import VariantsManifest
 from steps.common.trained_model import TrainedModel
 
 
@@ -127,7 +128,7 @@ def promote(
     cfg: PipelineConfig,
     trained: TrainedModel,
     report: BenchmarkReport,
-    variants: dict[str, Any],
+    variants: VariantsManifest,
     run_id: str,
     images: torch.Tensor,
 ) -> Promotion:
@@ -176,7 +177,7 @@ def promote(
         raise RegistryError(
             f"cannot tag or alias {bench.registered_model} v{version}: {exc.message}"
         ) from None
-    return Promotion(
+    return Promotion.of(
         decision,
         registered_model=bench.registered_model,
         alias=bench.alias,

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from steps.benchmark.results import BenchmarkReport
+from steps.common.contracts.benchmark import BenchmarkReport
 
 STATS = ("p50_ms", "p90_ms", "p99_ms", "images_per_s", "peak_mem_mb")
 

@@ -24,13 +24,11 @@ Reloaded through MLflow, it must classify a few test images as the trained model
 from __future__ import annotations
 
 import io
-import json
 import shutil
 import sys
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
 import mlflow
 import numpy as np
@@ -38,18 +36,30 @@ import torch
 from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
 
-from steps.benchmark.results import BenchmarkReport, fastest_by_batch
+from steps.benchmark.results import fastest_by_batch
 from steps.common import models, serving
 from steps.common.config import StorageConfig
-from steps.common.optimized_variants import PORTABLE_KINDS, fetch_variant, variant_files
+from steps.common.contracts.benchmark import BenchmarkReport
+from steps.common.contracts.variants import VariantsManifest
+from steps.common.optimized_variants import PORTABLE_KINDS, fetch_variant
 from steps.common.serving.runners import TORCH_KINDS
+from steps.common.serving.serving_manifest import (
+    ServedBatchRange,
+    ServedVariant,
+    ServingManifest,
+)
 from steps.common.trained_model import TrainedModel, normalize
 
 LOGGED_NAME = "classifier"
 SERVING = Path(serving.__file__).resolve().parent
 CLASSIFIER = SERVING / "classifier.py"
 # what classifier.py imports (torch_runners only where a torch variant is served)
-CODE_PATHS = [SERVING / "runners.py", SERVING / "torch_runners.py", SERVING / "strict_input.py"]
+CODE_PATHS = [
+    SERVING / "runners.py",
+    SERVING / "torch_runners.py",
+    SERVING / "strict_input.py",
+    SERVING / "serving_manifest.py",
+]
 EAGER = "eager"  # the benchmark's eager FP32; on a GPU also eager_fp16 / eager_bf16
 EAGER_WEIGHTS, EAGER_NETWORK = "eager.pt", "eager_network.py"
 # The image that serves a champion, by what its variants need: "serve" (cifar-serve, no
@@ -63,18 +73,18 @@ class RegistryError(RuntimeError):
 
 
 def portable_fastest(
-    report: BenchmarkReport, variants: dict[str, Any], margin: float
+    report: BenchmarkReport, variants: VariantsManifest, margin: float
 ) -> dict[int, str]:
     """Per measured batch size, the fastest portable variant within ``margin`` of eager's
     accuracy; empty where none was measured (runtimes not installed, or all failed)."""
     portable = tuple(
-        name for name, entry in variants["variants"].items() if entry.get("kind") in PORTABLE_KINDS
+        name for name, entry in variants.variants.items() if entry.kind in PORTABLE_KINDS
     )
     return fastest_by_batch(report.measured, margin, among=portable)
 
 
 def served_fastest(
-    report: BenchmarkReport, variants: dict[str, Any], margin: float
+    report: BenchmarkReport, variants: VariantsManifest, margin: float
 ) -> dict[int, str]:
     """The served dispatcher table: the fastest portable variants where any was measured
     within ``margin`` (a champion the torch-free image serves), else the fastest of every
@@ -82,15 +92,15 @@ def served_fastest(
     return portable_fastest(report, variants, margin) or fastest_by_batch(report.measured, margin)
 
 
-def runtime(variants: dict[str, Any], fastest: dict[int, str]) -> str:
+def runtime(variants: VariantsManifest, fastest: dict[int, str]) -> str:
     """``torch`` where the table runs a torch variant (eager included), else ``portable``:
     which image serves it (``SERVED_BY``)."""
     kinds = {_kind(variants, name) for name in fastest.values()}
     return "torch" if kinds & set(TORCH_KINDS) else "portable"
 
 
-def _kind(variants: dict[str, Any], name: str) -> str:
-    return EAGER if _is_eager(name) else variants["variants"][name]["kind"]
+def _kind(variants: VariantsManifest, name: str) -> str:
+    return EAGER if _is_eager(name) else variants.variants[name].kind
 
 
 def _is_eager(name: str) -> bool:
@@ -99,7 +109,7 @@ def _is_eager(name: str) -> bool:
 
 def log_served_model(
     trained: TrainedModel,
-    variants: dict[str, Any],
+    variants: VariantsManifest,
     fastest: dict[int, str],
     storage: StorageConfig,
     images: torch.Tensor,
@@ -143,32 +153,32 @@ def _requirements(kinds: set[str]) -> list[str]:
     return pins
 
 
-def _variant_entry(
+def _served_variant(
     trained: TrainedModel,
-    variants: dict[str, Any],
+    variants: VariantsManifest,
     name: str,
     storage: StorageConfig,
     folder: Path,
-) -> dict[str, Any]:
+) -> ServedVariant:
     """One served variant's ``serving.json`` entry, its files fetched into ``folder``: a
     built variant of variants.json, or eager written here from ``trained``."""
     if _is_eager(name):
-        return _eager_entry(trained, name, folder)
-    entry = variants["variants"][name]
-    fetch_variant(variants["optimized_uri"], entry, storage, folder)
-    details = dict(entry.get("details", {}))
-    if entry["kind"] in TORCH_KINDS:  # it runs where it was built (torch_runners)
-        details["device"] = entry.get("device", "cpu")
-    return {
-        "kind": entry["kind"],
-        "file": entry["file"],
-        "precision": entry["precision"],
-        "files": variant_files(entry),
-        "details": details,
-    }
+        return _eager_variant(trained, name, folder)
+    entry = variants.variants[name]
+    fetch_variant(variants.optimized_uri, entry, storage, folder)
+    details = dict(entry.details)
+    if entry.kind in TORCH_KINDS:  # it runs where it was built (torch_runners)
+        details["device"] = entry.device or "cpu"
+    return ServedVariant(
+        kind=entry.kind,
+        file=entry.file,
+        precision=entry.precision,
+        files=entry.files,
+        details=details,
+    )
 
 
-def _eager_entry(trained: TrainedModel, name: str, folder: Path) -> dict[str, Any]:
+def _eager_variant(trained: TrainedModel, name: str, folder: Path) -> ServedVariant:
     """The trained network as the benchmark ran it (``eager``: FP32; ``eager_fp16`` /
     ``eager_bf16``: that precision, channels_last, on the GPU): its weights and a copy of
     the network's definition, rebuilt by ``torch_runners`` without this package."""
@@ -179,12 +189,12 @@ def _eager_entry(trained: TrainedModel, name: str, folder: Path) -> dict[str, An
     (folder / EAGER_WEIGHTS).write_bytes(buffer.getvalue())
     shutil.copyfile(models.__file__, folder / EAGER_NETWORK)
     meta = trained.meta
-    return {
-        "kind": EAGER,
-        "file": EAGER_WEIGHTS,
-        "precision": precision,
-        "files": [EAGER_WEIGHTS, EAGER_NETWORK],
-        "details": {
+    return ServedVariant(
+        kind=EAGER,
+        file=EAGER_WEIGHTS,
+        precision=precision,
+        files=[EAGER_WEIGHTS, EAGER_NETWORK],
+        details={
             "network": EAGER_NETWORK,
             "architecture": meta["architecture"],
             "num_classes": int(meta["num_classes"]),
@@ -192,12 +202,12 @@ def _eager_entry(trained: TrainedModel, name: str, folder: Path) -> dict[str, An
             "device": next(trained.model.parameters()).device.type,
             "channels_last": precision != "fp32",
         },
-    }
+    )
 
 
 def _log_pyfunc(
     trained: TrainedModel,
-    variants: dict[str, Any],
+    variants: VariantsManifest,
     fastest: dict[int, str],
     storage: StorageConfig,
     example: np.ndarray,
@@ -209,20 +219,21 @@ def _log_pyfunc(
         folder = Path(tmp) / "variants"
         folder.mkdir()
         files = {
-            name: _variant_entry(trained, variants, name, storage, folder)
+            name: _served_variant(trained, variants, name, storage, folder)
             for name in sorted(set(fastest.values()))
         }
-        meta = {
-            "classes": trained.classes,
-            "mean": list(trained.mean),
-            "std": list(trained.std),
-            "threads": max(int(v["details"].get("threads") or 1) for v in files.values()),
-            "batch_range": variants["batch_range"],  # what export/AOTI/TensorRT programs take
-            "runtime": runtime(variants, fastest),
-            "variants": files,
-            "fastest_by_batch": {str(b): n for b, n in fastest.items()},
-        }
-        (folder / "serving.json").write_text(json.dumps(meta, indent=2))
+        span = variants.batch_range  # what the export/AOTI/TensorRT programs take
+        meta = ServingManifest(
+            classes=[str(c) for c in trained.classes],
+            mean=list(trained.mean),
+            std=list(trained.std),
+            threads=max(int(v.details.get("threads") or 1) for v in files.values()),
+            batch_range=ServedBatchRange(min=span.min, max=span.max),
+            runtime=runtime(variants, fastest),
+            variants=files,
+            fastest_by_batch=dict(fastest),
+        )
+        (folder / ServingManifest.DOCUMENT).write_text(meta.to_json())
         # Executing classifier.py (signature check, example) needs runners importable.
         sys.path.insert(0, str(SERVING))
         try:
@@ -240,7 +251,7 @@ def _log_pyfunc(
                 signature=signature,
                 input_example=example,
                 registered_model_name=registered_name,
-                pip_requirements=_requirements({v["kind"] for v in files.values()}),
+                pip_requirements=_requirements({v.kind for v in files.values()}),
             )
         finally:
             sys.path.remove(str(SERVING))

@@ -1,6 +1,6 @@
 """The benchmark's outputs: ``report.md`` (a Markdown table per variant and batch size) and
 ``benchmark.png`` (latency and throughput against batch size, one line per variant),
-both drawn from the report (``steps.benchmark.results``). Plots use matplotlib's Agg
+both drawn from the report (``steps.common.contracts.benchmark``). Plots use matplotlib's Agg
 backend."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from steps.benchmark.results import BenchmarkReport
+from steps.common.contracts.benchmark import BenchmarkReport
 
 
 def markdown(report: BenchmarkReport) -> str:

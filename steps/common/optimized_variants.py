@@ -1,30 +1,30 @@
 """The optimized variants: the variants ``steps.optimize`` saved, loaded back into callables.
 
 ``variants.json`` under OPT_URI lists every variant (built, skipped or failed) and the
-weights it was made from; ``open_optimized`` reads it for a trained model, and
-``load_variants`` fetches and loads each built file that can run on this device, saying
-why one cannot (another device, CPU ISA or a runtime not installed). Every file reloads
-without the training code.
+weights it was made from (``steps.common.contracts.variants``); ``open_optimized`` reads it
+for a trained model, and ``load_variants`` fetches and loads each built file that can run
+on this device, saying why one cannot (another device, CPU ISA or a runtime not
+installed). Every file reloads without the training code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from steps.common.config import StorageConfig
+from steps.common.contracts.variants import VariantEntry, VariantsManifest
 from steps.common.device import cpu_bf16_features, cpu_capability
 from steps.common.serving.runners import Dispatcher
 from steps.common.storage import StorageError, open_store
 from steps.common.trained_model import InputError, Runner, TrainedModel, read_json
 
-VARIANTS_FILE = "variants.json"
+VARIANTS_FILE = VariantsManifest.DOCUMENT
 # The programs of an AOTInductor package: "model" is what aoti_load_package loads.
 LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM = "model", "small_batch"
 AOTI_PROGRAMS = (LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM)
@@ -59,26 +59,26 @@ class LoadedVariant:
     """One entry of ``variants.json`` and, where it runs here, its callable."""
 
     name: str
-    entry: dict[str, Any]
+    entry: VariantEntry
     runner: Runner | None = None
     status: str = "loaded"  # loaded | unavailable | the entry's own: skipped, failed
     reason: str = ""
 
 
-def open_optimized(opt_uri: str, trained: TrainedModel, storage: StorageConfig) -> dict[str, Any]:
+def open_optimized(opt_uri: str, trained: TrainedModel, storage: StorageConfig) -> VariantsManifest:
     """``variants.json`` of ``opt_uri``, which must hold variants of ``trained``'s weights."""
-    doc = read_variants(opt_uri, storage)
-    if doc.get("weights_sha256") != trained.weights_sha256:
+    manifest = read_variants(opt_uri, storage)
+    if manifest.weights_sha256 != trained.weights_sha256:
         raise InputError(
-            f"{opt_uri} was optimized from {doc.get('model_uri')}, not from {trained.uri} "
+            f"{opt_uri} was optimized from {manifest.model_uri}, not from {trained.uri} "
             "(weights differ); run steps.optimize on this model first"
         )
-    return doc
+    return manifest
 
 
 def load_variants(
     opt_uri: str,
-    doc: dict[str, Any],
+    manifest: VariantsManifest,
     storage: StorageConfig,
     device: torch.device,
     workdir: Path,
@@ -86,10 +86,10 @@ def load_variants(
 ) -> Iterator[LoadedVariant]:
     """Each variant named (default: all, in ``variants.json``'s order), loaded if it was
     built and runs here; fetched lazily, so a caller may stop at the first that loads."""
-    for name in names or list(doc["variants"]):
-        entry = doc["variants"][name]
-        if entry["status"] != "built":
-            yield LoadedVariant(name, entry, status=entry["status"], reason=entry.get("reason", ""))
+    for name in names or list(manifest.variants):
+        entry = manifest.variants[name]
+        if not entry.built:
+            yield LoadedVariant(name, entry, status=entry.status, reason=entry.reason)
             continue
         try:
             runner = load_variant_file(
@@ -101,53 +101,62 @@ def load_variants(
         yield LoadedVariant(name, entry, runner)
 
 
-def variant_order(doc: dict[str, Any]) -> list[str]:
-    """The variants of ``doc`` to try, best first, where no benchmark measured them:
-    ``PREFERENCE``, then any it does not name yet (a newer optimize), in ``doc``'s order."""
-    return [n for n in dict.fromkeys([*PREFERENCE, *doc["variants"]]) if n in doc["variants"]]
+def variant_order(names: Iterable[str]) -> list[str]:
+    """The variants ``names`` (a manifest's, in its order) to try, best first, where no
+    benchmark measured them: ``PREFERENCE``, then any it does not name yet (a newer
+    optimize), in their order."""
+    names = list(names)
+    return [n for n in dict.fromkeys([*PREFERENCE, *names]) if n in names]
 
 
-def read_variants(uri: str, storage: StorageConfig) -> dict[str, Any]:
+def read_variants(uri: str, storage: StorageConfig) -> VariantsManifest:
+    """``variants.json`` under ``uri``, read through its contract."""
     store = open_store(uri, storage)
-    return read_json(store, VARIANTS_FILE, "pass the OPT_URI that steps.optimize wrote")
+    data = read_json(store, VARIANTS_FILE, "pass the OPT_URI that steps.optimize wrote")
+    return VariantsManifest.parse(data, store.uri(VARIANTS_FILE))
 
 
-def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -> Runner:
-    """A saved variant as a callable on ``device``; raises VariantUnavailable if it can't run."""
-    kind = entry["kind"]
-    if entry.get("device") == "cuda" and device.type != "cuda":
-        raise VariantUnavailable(f"built for CUDA ({entry.get('gpu')}); this machine has no GPU")
-    if entry.get("device") == "cpu" and device.type != "cpu":
+def check_runs_here(entry: VariantEntry, device: torch.device) -> None:
+    """Raise VariantUnavailable where ``entry`` was built for another device, CPU ISA or
+    BF16 units than this machine's (read from the entry; nothing is loaded)."""
+    if entry.device == "cuda" and device.type != "cuda":
+        raise VariantUnavailable(f"built for CUDA ({entry.gpu}); this machine has no GPU")
+    if entry.device == "cpu" and device.type != "cpu":
         raise VariantUnavailable("built for the CPU; this run uses the GPU")
-    if kind == "aoti" and device.type == "cpu":
-        if entry.get("cpu_capability") != cpu_capability():
+    if entry.kind == "aoti" and device.type == "cpu":
+        if entry.cpu_capability != cpu_capability():
             raise VariantUnavailable(
-                f"compiled for CPU ISA {entry.get('cpu_capability')}, this CPU has "
-                f"{cpu_capability()}"
+                f"compiled for CPU ISA {entry.cpu_capability}, this CPU has {cpu_capability()}"
             )
-        missing = set(entry.get("cpu_bf16_features", [])) - set(cpu_bf16_features())
-        if entry["precision"] == "bf16" and missing:
+        missing = set(entry.cpu_bf16_features) - set(cpu_bf16_features())
+        if entry.precision == "bf16" and missing:
             raise VariantUnavailable(f"compiled for BF16 units this CPU lacks: {sorted(missing)}")
+
+
+def load_variant_file(entry: VariantEntry, path: Path, device: torch.device) -> Runner:
+    """A saved variant as a callable on ``device``; raises VariantUnavailable if it can't run."""
+    check_runs_here(entry, device)
+    kind, details = entry.kind, entry.details
     if kind == "torchscript":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TorchScript is deprecated upstream; we know
             module = torch.jit.load(str(path), map_location=device)
-            if entry.get("details", {}).get("optimize_for_inference"):
+            if details.get("optimize_for_inference"):
                 module = torch.jit.optimize_for_inference(module)
         return module
     if kind == "export":
         return torch.export.load(str(path)).module()
     if kind == "aoti":
-        small = entry.get("details", {}).get("small_batch", {}).get("max_batch", 0)
+        small = details.get("small_batch", {}).get("max_batch", 0)
         if small:
             return BatchSizeDispatch(path, small)
         return torch._inductor.aoti_load_package(str(path))
     if kind in PORTABLE_KINDS:
         from steps.common.serving.runners import RuntimeMissing, load_runner
 
-        threads = int(entry.get("details", {}).get("threads") or torch.get_num_threads())
+        threads = int(details.get("threads") or torch.get_num_threads())
         try:
-            return TorchAdapter(load_runner(kind, path, entry.get("details", {}), threads))
+            return TorchAdapter(load_runner(kind, path, details, threads))
         except RuntimeMissing as exc:
             raise VariantUnavailable(str(exc)) from None
     if kind == "tensorrt":
@@ -155,7 +164,7 @@ def load_variant_file(entry: dict[str, Any], path: Path, device: torch.device) -
             import torch_tensorrt
         except ImportError:
             raise VariantUnavailable("torch-tensorrt is not installed") from None
-        if entry["precision"] == "int8":
+        if entry.precision == "int8":
             # ModelOpt registers its quantize ops; needed only where one stayed in PyTorch.
             with contextlib.suppress(ImportError):
                 import modelopt.torch.quantization  # noqa: F401
@@ -185,18 +194,13 @@ class BatchSizeDispatch(Dispatcher):
         self.small_max = small_max
 
 
-def variant_files(entry: dict[str, Any]) -> list[str]:
-    """The files of one variant: its ``file`` and any beside it (OpenVINO's .xml and .bin)."""
-    return list(entry.get("details", {}).get("files") or [entry["file"]])
-
-
-def fetch_variant(opt_uri: str, entry: dict[str, Any], storage: StorageConfig, workdir: Path):
+def fetch_variant(opt_uri: str, entry: VariantEntry, storage: StorageConfig, workdir: Path) -> Path:
     """Download one variant's files into ``workdir``; return the local path of its file."""
     store = open_store(opt_uri, storage)
     try:
-        for name in variant_files(entry):
+        for name in entry.files:
             if not (workdir / name).exists():  # variants may share a file (model.onnx)
                 store.download_file(name, workdir / name)
     except StorageError as exc:
         raise VariantUnavailable(str(exc)) from None
-    return workdir / entry["file"]
+    return workdir / entry.file

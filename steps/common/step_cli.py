@@ -20,13 +20,15 @@ from typing import Any, NoReturn
 
 from steps.common.config import ConfigError, PipelineConfig, TrackingConfig
 from steps.common.config.fields import UriError
+from steps.common.contracts import ContractError
 from steps.common.dataset import NotADataset
 from steps.common.storage import LocalStore
 
 # This module stays torch-free: the data image's staging step uses it too.
 OUTPUTS_ENV = "CIFAR_OUTPUTS_DIR"
-# Mistakes in what the user passed, the same in every step: exit 2.
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, UriError, NotADataset)
+# Mistakes in what the user passed, the same in every step: exit 2 (a document that does
+# not fit its contract: the step that wrote it, or a hand that changed it, is to fix).
+USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, UriError, NotADataset, ContractError)
 
 
 def add_common(

@@ -6,8 +6,10 @@ builders by kind. Each writes one file and returns its details.
 from __future__ import annotations
 
 import copy
+import importlib
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +129,20 @@ BUILDERS = {
     "onnx": build_onnx,
     "openvino": build_openvino,
 }
+
+
+Builder = Callable[[Spec, BuildContext, Path], dict[str, Any]]
+
+
+def builder_for(spec: Spec) -> Builder:
+    """The builder of ``spec``: its kind's, or an extra variant's own (``module:function``,
+    imported here, in the build process)."""
+    if not spec.builder:
+        return BUILDERS[spec.kind]
+    module, _, function = spec.builder.partition(":")
+    try:
+        return getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeError(
+            f"optimize.extra_variants {spec.name}: builder {spec.builder} not found ({exc})"
+        ) from None

@@ -60,13 +60,25 @@ class SkipVariant(RuntimeError):
     """The variant cannot be built here (no CUDA, no torch-tensorrt); the message says why."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Spec:
     name: str
     kind: str
     precision: str
     file: str
     provider: str = ""  # ONNX Runtime execution provider of an onnx variant ("": CPU)
+    builder: str = ""  # an extra variant's own builder, module:function ("": its kind's)
+
+
+# An extra variant's file when its config names none: <name> and its kind's suffix.
+SUFFIXES = {
+    "torchscript": ".pt",
+    "export": ".pt2",
+    "aoti": ".pt2",
+    "tensorrt": ".ep",
+    "onnx": ".onnx",
+    "openvino": ".xml",
+}
 
 
 @dataclass
@@ -153,7 +165,13 @@ def specs(kinds: list[str], device: torch.device, cfg: OptimizeConfig) -> list[S
             *int8([Spec("openvino_int8", "openvino", "int8", "openvino_int8.xml")]),
         ],
     }
-    return [spec for kind in kinds for spec in table[kind]]
+    extra = [
+        Spec(
+            e.name, e.kind, e.precision, e.file or f"{e.name}{SUFFIXES[e.kind]}", builder=e.builder
+        )
+        for e in cfg.extra_variants
+    ]
+    return [spec for kind in kinds for spec in table[kind]] + extra
 
 
 def median_ms(fn: Runner, x: torch.Tensor, iters: int = 5) -> float:

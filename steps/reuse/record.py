@@ -25,6 +25,7 @@ from mlflow.entities import LoggedModelInput, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from steps.common.config import PipelineConfig, flatten
+from steps.common.contracts.variants import VariantsManifest
 from steps.common.pipeline_run import connect, run_url
 
 NOTE_TAG = "mlflow.note.content"
@@ -40,7 +41,7 @@ def _metric_of(step: str, key: str) -> bool:
 TAG_PREFIX = {"train": "train.", "optimize": "optimize.", "benchmark": "bench."}
 FILES = {
     "train": ["plots/curves.png", "plots/confusion_matrix.png", "model/model.json"],
-    "optimize": ["optimized/variants.json"],
+    "optimize": [f"optimized/{VariantsManifest.DOCUMENT}"],
     "benchmark": ["benchmark"],
 }
 

@@ -24,6 +24,8 @@ import time
 from typing import Any
 
 from steps.common.config import ConfigError, PipelineConfig, load_config
+from steps.common.contracts.benchmark import BenchmarkReport
+from steps.common.contracts.variants import VariantsManifest
 from steps.common.dataset import MANIFEST
 from steps.common.step_cli import add_common, run_main, step_seconds, tracking_wanted, write_outputs
 from steps.common.storage import StorageError, open_store
@@ -32,8 +34,8 @@ from steps.common.storage import StorageError, open_store
 PUBLISHED = {
     "stage": ("dataset-uri", MANIFEST),  # steps.stage_data: manifest.json last
     "train": ("model-uri", "model.json"),  # steps.train.outputs: weights.pt, then model.json
-    "optimize": ("optimized", "variants.json"),  # steps.optimize: variants.json last
-    "benchmark": ("report-uri", "benchmark.json"),  # steps.benchmark: benchmark.json last
+    "optimize": ("optimized", VariantsManifest.DOCUMENT),  # steps.optimize: variants.json last
+    "benchmark": ("report-uri", BenchmarkReport.DOCUMENT),  # steps.benchmark: benchmark.json last
 }
 # steps.serve_check.rollback's tag on a version whose deployment or check failed (a step
 # imports no other step: the name is repeated here)

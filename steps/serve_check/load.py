@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from steps.common.contracts.serve_check import ConcurrencyResult
 from steps.common.dataset import NUM_CLASSES
 from steps.serve_check.http import BadAnswer, Endpoint, Request
 
@@ -37,7 +38,9 @@ class Batches:
         return sum(len(labels) for labels in self.labels)
 
 
-def measure(endpoint: Endpoint, batches: Batches, concurrency: int, deadline: float) -> dict:
+def measure(
+    endpoint: Endpoint, batches: Batches, concurrency: int, deadline: float
+) -> ConcurrencyResult:
     """One pass over ``batches`` with ``concurrency`` clients; stops at ``deadline``
     (``time.monotonic()``), raising TimedOut. Raises the first request's failure."""
     latencies = [0.0] * len(batches.requests)
@@ -76,14 +79,14 @@ def measure(endpoint: Endpoint, batches: Batches, concurrency: int, deadline: fl
     for future in futures:
         future.result()  # the first failure, as raised in its worker
     ms = np.asarray(latencies) * 1000
-    return {
-        "concurrency": concurrency,
-        "requests": len(ms),
-        "images": batches.images,
-        "accuracy": sum(correct) / batches.images,
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-        "requests_per_s": len(ms) / seconds,
-        "images_per_s": batches.images / seconds,
-        "seconds": round(seconds, 3),
-    }
+    return ConcurrencyResult(
+        concurrency=concurrency,
+        requests=len(ms),
+        images=batches.images,
+        accuracy=sum(correct) / batches.images,
+        p50_ms=float(np.percentile(ms, 50)),
+        p99_ms=float(np.percentile(ms, 99)),
+        requests_per_s=len(ms) / seconds,
+        images_per_s=batches.images / seconds,
+        seconds=round(seconds, 3),
+    )

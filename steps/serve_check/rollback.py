@@ -20,11 +20,11 @@ version is tagged ``serving.rollback`` with the reason, and so is the pipeline's
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from mlflow.exceptions import MlflowException
 
 from steps.common.config import PipelineConfig, load_config
+from steps.common.contracts.promotion import Promotion
 from steps.common.step_cli import add_common, exit_process, run_main, tracking_wanted
 
 ROLLBACK_TAG = "serving.rollback"  # on the pipeline's run and on the rolled-back version
@@ -73,38 +73,38 @@ def roll_back(client, name: str, alias: str, version: str, previous: str, reason
 
 
 def roll_back_promotion(
-    cfg: PipelineConfig, promotion: dict[str, Any], failure: str, tracked: bool
+    cfg: PipelineConfig, promotion: Promotion, failure: str, tracked: bool
 ) -> str:
     """The alias back to the champion before this run (``promotion``: benchmark.json's),
     or why not."""
-    version = promotion.get("version")
+    version = promotion.version
     if not version:
         return "the benchmark registered nothing: no alias to move back"
-    if not promotion.get("promoted"):
+    if not promotion.promoted:
         return f"v{version} was not promoted: the alias was not this run's to move back"
     if not tracked:
         return "MLflow tracking is off here: the registry was not touched"
     import mlflow
 
-    name = promotion.get("registered_model") or cfg.benchmark.registered_model
-    alias = promotion.get("alias") or cfg.benchmark.alias
-    previous = str(promotion.get("previous_version") or "")
+    name = promotion.registered_model or cfg.benchmark.registered_model
+    alias = promotion.alias or cfg.benchmark.alias
+    previous = promotion.previous_version
     try:
-        return roll_back(mlflow.MlflowClient(), name, alias, str(version), previous, failure)
+        return roll_back(mlflow.MlflowClient(), name, alias, version, previous, failure)
     except RollbackError as exc:
         return f"rollback failed: {exc}"
 
 
-def rolled_back_before(cfg: PipelineConfig, promotion: dict[str, Any]) -> str | None:
+def rolled_back_before(cfg: PipelineConfig, promotion: Promotion) -> str | None:
     """Why this run's promoted version is not to be checked again: it no longer holds the
     alias (an earlier attempt, or this run's rollback task, moved it back; or another run
     moved it since), or it carries the rollback tag; None while it is still the champion
     this run made it. RollbackError when the registry cannot be read."""
     import mlflow
 
-    name = str(promotion.get("registered_model") or cfg.benchmark.registered_model)
-    alias = str(promotion.get("alias") or cfg.benchmark.alias)
-    version = str(promotion["version"])
+    name = promotion.registered_model or cfg.benchmark.registered_model
+    alias = promotion.alias or cfg.benchmark.alias
+    version = promotion.version
     client = mlflow.MlflowClient()
     holder = alias_holder(client, name, alias)
     try:

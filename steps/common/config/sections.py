@@ -86,19 +86,45 @@ class TrainConfig(Section):
     )
 
 
+VariantKind = Literal["torchscript", "export", "aoti", "tensorrt", "onnx", "openvino"]
+
+
+class ExtraVariant(Section):
+    """A variant made by a builder of your own, loaded back and gated as its ``kind``."""
+
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9_]*$",
+        description="its name in variants.json and the report (not a built-in variant's)",
+    )
+    kind: VariantKind = Field(
+        description="the built-in kind whose loader reads its file back for the parity gate "
+        "and the benchmark (its builder writes that kind's format)",
+    )
+    builder: str = Field(
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="module:function, importable where optimize runs; called in the build "
+        "process as function(spec, ctx, path) (steps.optimize.builders' signature), it "
+        "writes path and returns the details its kind's loader reads",
+    )
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = Field(
+        "fp32", description="the precision its input is cast to"
+    )
+    file: str = Field(
+        "", description="the file it writes under OPT_URI; empty: <name> and its kind's suffix"
+    )
+
+
 class OptimizeConfig(Section):
-    variants: list[Literal["torchscript", "export", "aoti", "tensorrt", "onnx", "openvino"]] = (
-        Field(
-            default_factory=lambda: [
-                "torchscript",
-                "export",
-                "aoti",
-                "tensorrt",
-                "onnx",
-                "openvino",
-            ],
-            description="variants to build (onnx and openvino include their INT8 variants)",
-        )
+    variants: list[VariantKind] = Field(
+        default_factory=lambda: [
+            "torchscript",
+            "export",
+            "aoti",
+            "tensorrt",
+            "onnx",
+            "openvino",
+        ],
+        description="variants to build (onnx and openvino include their INT8 variants)",
     )
     optional_variants: list[str] = Field(
         default_factory=lambda: [
@@ -169,6 +195,26 @@ class OptimizeConfig(Section):
         description="OpenVINO: batches this large or larger run under the THROUGHPUT hint "
         "(several streams), smaller ones under LATENCY",
     )
+    build_timeout_s: float = Field(
+        1800.0,
+        gt=0,
+        description="seconds one variant's build may take in its build process (export, "
+        "compile, save, reload, parity gate); past it the process is stopped and the variant "
+        "recorded as failed (timed out), as a crash is: the others are still built",
+    )
+    variants_per_process: int | None = Field(
+        None,
+        ge=1,
+        description="variants one build process builds before a fresh one is started; 1: "
+        "each in a process of its own (a spawn and a torch import each); null: one process "
+        "for all, replaced only after a variant crashed or hung in it",
+    )
+    extra_variants: list[ExtraVariant] = Field(
+        default_factory=list,
+        description="variants made by builders of your own (ExtraVariant: name, kind, "
+        "builder as module:function, precision, file), built after the configured ones in "
+        "the same build process, gate and records",
+    )
 
 
 class BenchmarkConfig(Section):
@@ -200,6 +246,13 @@ class BenchmarkConfig(Section):
     )
     accuracy_samples: int | None = Field(
         None, ge=1, description="test images each variant's accuracy is measured on; null: all"
+    )
+    load_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="seconds a variant's first load and run (once per batch size) may take "
+        "in a child process before this step loads it; one that crashes there, or runs past "
+        "this, is recorded as failed and not measured, and the others are",
     )
 
 

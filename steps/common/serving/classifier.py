@@ -1,10 +1,11 @@
 """The served champion: an MLflow pyfunc (models-from-code) over the variants it runs.
 
 Logged by ``steps.benchmark.registered_model`` with this file as the model's code and
-``runners.py``, ``torch_runners.py`` and ``strict_input.py`` beside it in ``code_paths``;
-``mlflow models serve`` executes it with only numpy, pandas, mlflow and the runtimes its
-variants need (no ``steps``; torch only for a torch variant: eager, TorchScript,
-torch.export, AOTInductor, TensorRT). Whatever the variant, the input is the same:
+``runners.py``, ``torch_runners.py``, ``strict_input.py`` and ``serving_manifest.py``
+beside it in ``code_paths``; ``mlflow models serve`` executes it with only numpy, pandas,
+mlflow and the runtimes its variants need (no ``steps``; torch only for a torch variant:
+eager, TorchScript, torch.export, AOTInductor, TensorRT). Whatever the variant, the input
+is the same:
 ``predict`` takes uint8 ``N x 32 x 32 x 3`` RGB images as staged, normalises them inside,
 runs each request on the variant measured fastest at its batch size, and returns per image
 the class index, its name and the ten probabilities (``predict_columns``: the same as
@@ -14,13 +15,13 @@ before MLflow would cast it (``strict_input``, installed for this model's input 
 it loads).
 """
 
-import json
 from pathlib import Path
 
 import mlflow
 import numpy as np
 import pandas as pd
 import runners  # from the model's code_paths, not the steps package
+import serving_manifest  # serving.json's contract, from the code_paths too
 import strict_input
 from mlflow.exceptions import MlflowException
 from mlflow.types import TensorSpec
@@ -41,27 +42,26 @@ class CifarClassifier(mlflow.pyfunc.PythonModel):
     def load_context(self, context):
         strict_input.install(TensorSpec(np.dtype(np.uint8), (-1, *SHAPE)), EXPECTED)
         folder = Path(context.artifacts["variants"])
-        meta = json.loads((folder / "serving.json").read_text())
-        self.classes = list(meta["classes"])
-        self.mean, self.std = meta["mean"], meta["std"]
+        contract = serving_manifest.ServingManifest
+        meta = contract.read(folder / contract.DOCUMENT)
+        self.classes = list(meta.classes)
+        self.mean, self.std = meta.mean, meta.std
         # Each runner takes the pixels as they come and normalises them itself (OpenVINO
         # inside its compiled graph, off the calling thread; a torch variant on its device).
         pixels = (self.mean, self.std)
-        batch_range = meta.get("batch_range", {"min": 1, "max": 1 << 30})
         loaded = {
             name: runners.load_runner(
-                v["kind"],
-                folder / v["file"],
-                v["details"],
-                meta["threads"],
+                v.kind,
+                folder / v.file,
+                v.details,
+                meta.threads,
                 pixels,
-                precision=v["precision"],
-                batch_range=(int(batch_range["min"]), int(batch_range["max"])),
+                precision=v.precision,
+                batch_range=(meta.batch_range.min, meta.batch_range.max),
             )
-            for name, v in meta["variants"].items()
+            for name, v in meta.variants.items()
         }
-        fastest = {int(b): name for b, name in meta["fastest_by_batch"].items()}
-        self.dispatch = runners.Dispatcher(loaded, fastest)
+        self.dispatch = runners.Dispatcher(loaded, meta.fastest_by_batch)
 
     def predict(self, context, model_input, params=None):
         columns = self.predict_columns(model_input)

@@ -98,7 +98,9 @@ STEPS = {
             "optimize",
             "optimize",
             ("optimize", "cluster.optimize_gpus", *WHERE, "tracking.uri", "tracking.enabled"),
-            (),
+            # how the builds are guarded (their limit, how many share a build process), not
+            # what they build
+            ("optimize.build_timeout_s", "optimize.variants_per_process"),
             (),
             ("model-uri", "dataset-uri"),
         ),
@@ -115,7 +117,7 @@ STEPS = {
                 "tracking.uri",
                 "tracking.enabled",
             ),
-            (),
+            ("benchmark.load_timeout_s",),  # the guard of a variant's first run, not its numbers
             (),
             ("model-uri", "optimized-uri", "dataset-uri"),
         ),

@@ -22,6 +22,7 @@ from flows import memo_keys
 from flows.memo_keys import STEPS, key_of, source_identity, split_key
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
+from tests.faulty_builders import extra
 from tests.memo_sim import simulate
 
 CLUSTER = REPO_ROOT / "configs" / "cluster.yaml"
@@ -60,6 +61,17 @@ ARGO_KEY = re.compile(r"[a-zA-Z0-9][-a-zA-Z0-9]*")  # cache.go cacheKeyRegex
         pytest.param(["cluster.step_cpu=2"], {}, set(), id="pod-cpu"),
         pytest.param([f"images.digests={{serve: {DIGEST}}}"], {}, set(), id="serve-image"),
         pytest.param(["serving.check_concurrency=[2]"], {}, set(), id="live-check"),
+        # how the builds and the first runs are guarded, not what they make
+        pytest.param(["optimize.build_timeout_s=60"], {}, set(), id="build-limit"),
+        pytest.param(["optimize.variants_per_process=1"], {}, set(), id="build-processes"),
+        pytest.param(["benchmark.load_timeout_s=60"], {}, set(), id="load-limit"),
+        # a builder of one's own is a variant more: optimize onward
+        pytest.param(
+            [f"optimize.extra_variants=[{extra('mine', 'answers')}]"],
+            {},
+            {"optimize", "benchmark"},
+            id="extra-builder",
+        ),
     ],
 )
 def test_a_change_reruns_exactly_the_steps_whose_outputs_it_decides(

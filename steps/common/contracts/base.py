@@ -15,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from functools import cache
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, ValidationInfo, model_validator
 from pydantic_core import PydanticCustomError
+from typing_extensions import Self  # typing.Self is 3.11+; the package supports 3.10
 
 # Every part of a document (a frozen pydantic dataclass): no field it does not know.
 STRICT = ConfigDict(extra="forbid")

@@ -11,10 +11,11 @@ previous one (cifar-serve for portable variants, cifar-optimize for torch ones).
 
 from __future__ import annotations
 
-from typing import ClassVar, Self
+from typing import ClassVar
 
 from pydantic import Field, model_validator
 from pydantic.dataclasses import dataclass
+from typing_extensions import Self  # typing.Self is 3.11+; the package supports 3.10
 
 from steps.common.contracts.base import STRICT, Contract, Part
 

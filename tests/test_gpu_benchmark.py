@@ -1,18 +1,25 @@
-"""benchmarks/gpu.py, the one command for a bare GPU machine: its CPU dry run end to end
+"""The command for a bare GPU machine, ``benchmarks/gpu.py``: its CPU dry run end to end
 with the packages such a machine lacks made unimportable, its settings held to the
-trainer's defaults, its synthetic data, and its time budget."""
+trainer's defaults, its synthetic data and its time budget, and the child processes it
+runs each piece in (a real segfault, an abort, a hang past its limit, a failure: each
+costs its piece only)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks import gpu
+from benchmarks.gpu_child import Outcome, run_child
+from benchmarks.gpu_inference import InferenceRow
 from benchmarks.learnable_data import learnable_cifar
 from steps.common.config import TrainConfig
 from tests.conftest import REPO_ROOT
@@ -33,15 +40,16 @@ class Absent:
             return None
         return self.finder.find_spec(name, path, target)
 sys.meta_path[:] = [Absent(finder) for finder in sys.meta_path]
-sys.argv = ["benchmarks/gpu.py", *sys.argv[1:]]
-runpy.run_path("benchmarks/gpu.py", run_name="__main__")
+script = sys.argv[1]
+sys.argv = [script, *sys.argv[2:]]
+runpy.run_path(script, run_name="__main__")
 """
 
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path_factory.mktemp("gpu") / "gpu.json"
-    args = ["--device", "cpu", "--quick", "--json", str(out)]
+    args = ["benchmarks/gpu.py", "--device", "cpu", "--quick", "--json", str(out)]
     done = subprocess.run(
         [sys.executable, "-c", BLOCKER, *args],
         cwd=REPO_ROOT,
@@ -58,10 +66,13 @@ def test_the_dry_run_trains_every_loop_and_times_every_variant(dry_run) -> None:
     _, report = dry_run
     loops = [row["loop"] for row in report["training"]]
     assert loops[0].startswith("seed loop") and len(loops) == 4, loops
-    assert any("torch.compile" in loop for loop in loops)
+    assert [loop.split("torch.compile")[1] for loop in loops if "torch.compile" in loop] == [
+        ", caches cold"
+    ]
     for row in report["training"]:
         assert row["epoch_s"] and all(s > 0 for s in row["epoch_s"]), row
         assert len(row["accuracy"]) == len(row["epoch_s"])
+        assert row["host_syncs"] is None  # counted on CUDA only
     # The trainer learns the synthetic data: ResNet-9 ends well above chance (0.1).
     for resnet in (row for row in report["training"] if "ResNet-9" in row["loop"]):
         assert resnet["accuracy"][-1] > 0.5, resnet  # 0.84 here, eager and compiled
@@ -80,7 +91,19 @@ def test_the_dry_run_trains_every_loop_and_times_every_variant(dry_run) -> None:
     assert variants["AOTInductor fp32"]["max_abs_diff"] < 1e-3  # BatchNorm folded: rounding
     assert variants["AOTInductor fp32"]["top1_agreement"] == 1.0
     assert variants["AOTInductor bf16"]["max_abs_diff"] < 0.25
-    assert report["not_run"] == [["TensorRT fp16", "needs CUDA"]]
+    # Each loop and variant ran in a child process of its own, and each says how it ended.
+    outcomes = dict(map(tuple, report["outcomes"]))
+    assert [outcomes[loop] for loop in loops] == ["trained"] * len(loops)
+    for name, row in variants.items():
+        assert re.fullmatch(r"built in \d+\.\d s; timed", outcomes[name]), outcomes
+        assert f"built in {row['build_s']:.1f} s" in outcomes[name]
+    warm = "ours: ResNet-9, as above + torch.compile, caches warm (a new process)"
+    reduce_overhead = "ours: ResNet-9, as above + torch.compile reduce-overhead (CUDA graphs)"
+    assert report["not_run"] == [
+        [warm, "--quick: the code of the loop before it, run again"],
+        [reduce_overhead, "needs CUDA"],
+        ["TensorRT fp16", "needs CUDA"],
+    ]
 
 
 @pytest.mark.slow
@@ -92,6 +115,7 @@ def test_the_dry_run_prints_the_tables_it_saved(dry_run, tmp_path) -> None:
     for row in report["training"] + report["inference"]:
         assert (row.get("loop") or row["variant"]) in done.stdout
     assert "| TensorRT fp16 | needs CUDA |" in done.stdout
+    assert "| AOTInductor fp32 | built in " in done.stdout
 
 
 def test_its_settings_are_the_trainers_defaults() -> None:
@@ -135,9 +159,15 @@ def test_an_empty_budget_runs_only_the_seed_loop_and_says_why(capsys, tmp_path) 
     report = json.loads(out.read_text())
     assert [row["loop"] for row in report["training"]] == [gpu.SEED_LOOP]
     skipped = dict(map(tuple, report["not_run"]))
-    assert len(skipped) == 4, skipped
-    assert all(why.startswith("time budget") for what, why in skipped.items() if "ours" in what)
+    assert len(skipped) == 6, skipped
+    by_reason = {what: why for what, why in skipped.items() if not why.startswith("time budget")}
+    assert sorted(by_reason.values()) == [
+        "--quick: the code of the loop before it, run again", "needs CUDA",
+    ]  # fmt: skip
+    ours = [what for what in skipped if "ours" in what and what not in by_reason]
+    assert len(ours) == 3 and all(skipped[what].startswith("time budget") for what in ours)
     assert skipped["inference"] == "no ResNet-9 was trained"
+    assert report["outcomes"] == [[gpu.SEED_LOOP, "trained"]]
     assert out.with_suffix(".md").read_text().strip() == capsys.readouterr().out.strip()
 
 
@@ -147,28 +177,83 @@ def test_cuda_asked_for_where_there_is_none_is_refused(capsys, monkeypatch) -> N
     assert "torch sees no CUDA device" in capsys.readouterr().err
 
 
+# --- each piece in a child process of its own ---------------------------------------------
 SEGFAULT = """import ctypes, threading, time; threading.Thread(target=time.sleep, args=(9,)).start()
-ctypes.string_at(0)"""
+print("STAGE build", flush=True); ctypes.string_at(0)"""
+HANG = """import subprocess, sys, time
+grandchild = subprocess.Popen(["sleep", "60"])  # a compile worker, say
+print(grandchild.pid, flush=True); print("STAGE build", flush=True); time.sleep(60)"""
 
 
 @pytest.mark.parametrize(
-    ("child", "words"),
+    ("code", "status", "stage", "detail"),
     [
         # A real segfault with a second thread asleep: the crashed thread's frame is named.
-        (f"exec {sys.executable} -c '{SEGFAULT}'",
-         r'the process crashed \(SIGSEGV, in File ".*ctypes.*", line \d+ in string_at\)'),
-        ("echo 'torch._inductor.exc.InductorError: no C++ compiler' >&2; exit 3",
-         r"exit 3: torch\._inductor\.exc\.InductorError: no C\+\+ compiler"),
-        ("exit 0", r"exit 0: \(no output\)"),  # ended without writing its row
+        (SEGFAULT, "crashed", "build",
+         r'SIGSEGV, in File ".*ctypes.*", line \d+ in string_at'),
+        ("import os; print('STAGE timing', flush=True); os.abort()", "crashed", "timing",
+         r"SIGABRT(, in .*)?"),
+        ("import sys; print('STAGE build'); sys.exit('InductorError: no C++ compiler')",
+         "failed", "build", r"exit 1: InductorError: no C\+\+ compiler"),
+        ("print('STAGE build'); print('STAGE timing')", "finished", "timing", r""),
     ],
-    ids=["crash", "error", "no-row"],
+    ids=["segfault", "abort", "error", "finished"],
 )  # fmt: skip
-def test_a_variant_whose_child_dies_costs_its_row_only(child, words, tmp_path, monkeypatch):
+def test_a_child_says_how_it_ended_and_where(code, status, stage, detail) -> None:
+    outcome = run_child([sys.executable, "-c", code], limit_s=60)
+    assert (outcome.status, outcome.stage) == (status, stage), outcome
+    assert re.fullmatch(detail, outcome.detail), outcome.detail
+
+
+def test_a_child_past_its_limit_is_killed_with_everything_it_started() -> None:
+    tic = time.monotonic()
+    outcome = run_child([sys.executable, "-c", HANG], limit_s=3)
+    assert time.monotonic() - tic < 30
+    assert (outcome.status, outcome.stage, outcome.detail) == ("timed out", "build", "after 3 s")
+    grandchild = int(outcome.stdout.split()[0])
+    for _ in range(50):  # reaped by init shortly after the kill
+        if not Path(f"/proc/{grandchild}").exists() or "Z" in stat_state(grandchild):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the child's own child {grandchild} outlived the timeout")
+
+
+def stat_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+@pytest.mark.parametrize(
+    ("child", "how"),
+    [
+        (f"exec {sys.executable} -c '{SEGFAULT}'",
+         r'build crashed: SIGSEGV, in File ".*ctypes.*", line \d+ in string_at'),
+        ("echo 'STAGE build'; echo 'STAGE timing'; kill -SEGV $$",
+         r"built; then crashed in stage timing: SIGSEGV"),
+        ("echo 'STAGE build'; sleep 30", r"build timed out: after 2 s"),
+        ("echo 'torch._inductor.exc.InductorError: no C++ compiler' >&2; exit 3",
+         r"build failed: exit 3: torch\._inductor\.exc\.InductorError: no C\+\+ compiler"),
+        ("exit 0", r"build failed: exit 0 without writing its row"),  # ended without its row
+    ],
+    ids=["crash", "crash-after-build", "hang", "error", "no-row"],
+)  # fmt: skip
+def test_a_variant_whose_child_dies_costs_its_row_only(child, how, tmp_path, monkeypatch):
+    """gpu.py's side: what it reports for the variant's build (built, crashed with its
+    signal, timed out, failed), from the child running ``gpu.py --child inference``."""
     fake = tmp_path / "python"
     fake.write_text(f"#!/bin/sh\n{child}\n")
     fake.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(fake))
-    model = torch.nn.Linear(1, 1)
-    with pytest.raises(gpu.ChildFailed, match=words):
-        gpu.measure_in_child("AOTInductor fp32", model, torch.device("cpu"), gpu.QUICK, tmp_path)
-    assert (tmp_path / "resnet9.pt").exists()  # the weights it handed over
+    args = gpu.build_parser().parse_args(["--quick", "--seed-s", "1"])
+    args.workdir = tmp_path
+    outcome, row = gpu.in_child(args, torch.device("cpu"), "inference", "AOTInductor fp32", 2)
+    assert row is None
+    assert re.fullmatch(how, gpu.build_status(outcome, row)), gpu.build_status(outcome, row)
+
+
+def test_a_variant_built_and_timed_says_so() -> None:
+    row = InferenceRow("AOTInductor fp32", build_s=12.34)
+    assert gpu.build_status(Outcome("finished", 20.0, "timing"), row) == "built in 12.3 s; timed"

@@ -1,13 +1,14 @@
-"""The command for a bare GPU machine, ``benchmarks/gpu.py``: its CPU dry run end to end
-with the packages such a machine lacks made unimportable, its settings held to the
-trainer's defaults, its synthetic data and its time budget, and the child processes it
-runs each piece in (a real segfault, an abort, a hang past its limit, a failure: each
-costs its piece only)."""
+"""The commands for a bare GPU machine, ``benchmarks/gpu.py`` and
+``benchmarks/aoti_diagnose.py``: their CPU dry runs end to end with the packages such a
+machine lacks made unimportable, gpu.py's settings held to the trainer's defaults, its
+synthetic data and its time budget, and the child processes both run each piece in (a
+real segfault, an abort, a hang past its limit, a failure: each costs its piece only)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -257,3 +258,88 @@ def test_a_variant_whose_child_dies_costs_its_row_only(child, how, tmp_path, mon
 def test_a_variant_built_and_timed_says_so() -> None:
     row = InferenceRow("AOTInductor fp32", build_s=12.34)
     assert gpu.build_status(Outcome("finished", 20.0, "timing"), row) == "built in 12.3 s; timed"
+
+
+# --- the AOTInductor diagnosis ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def diagnosis(tmp_path_factory: pytest.TempPathFactory):
+    """The dry run with a real segfault injected into one configuration as its compiling
+    starts, and a hang into another; the third builds and runs for real."""
+    tmp = tmp_path_factory.mktemp("aoti")
+    args = ["benchmarks/aoti_diagnose.py", "--device", "cpu", "--quick", "--jobs", "3",
+            "--json", str(tmp / "aoti.json"), "--repro-dir", str(tmp / "repro"),
+            "--inject", "crash:one-call", "--inject", "hang:static-batch"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKER, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, json.loads((tmp / "aoti.json").read_text()), tmp
+
+
+@pytest.mark.slow
+def test_the_diagnosis_says_which_configuration_built_crashed_or_hung(diagnosis) -> None:
+    done, report, tmp = diagnosis
+    results = {r["name"]: r for r in report["results"]}
+    assert list(results) == ["shipped", "static-batch", "one-call"]
+    shipped = results["shipped"]
+    assert (shipped["status"], shipped["detail"]) == ("finished", "")
+    assert shipped["compile_s"] > 0 and shipped["max_abs_diff"] < 1e-4  # BatchNorm folded
+    hung = results["static-batch"]
+    assert (hung["status"], hung["detail"]) == ("timed out", "after 30 s")
+    crashed = results["one-call"]
+    assert (crashed["status"], crashed["stage"]) == ("crashed", "compile")
+    assert re.fullmatch(r'SIGSEGV, in File ".*ctypes.*", line \d+ in string_at', crashed["detail"])
+    assert "Built and ran: shipped." in done.stdout
+    assert (tmp / "aoti.md").read_text().strip() == done.stdout.strip()
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and "static-batch" in cmdline(p)]
+
+
+def cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_the_reproduction_is_the_crashing_script_and_needs_torch_alone(diagnosis) -> None:
+    done, report, tmp = diagnosis
+    repro = tmp / "repro" / "aoti_repro_one-call.py"
+    assert (report["reproduction"], report["reproduces"]) == (str(repro), "one-call")
+    assert f"Reproduction (one-call): python3 {repro}" in done.stdout
+    imports = {line.split()[1] for line in repro.read_text().splitlines()
+               if line.startswith(("import ", "from "))}  # fmt: skip
+    assert {name.split(".")[0].rstrip(",") for name in imports} <= {"os", "copy", "torch"}
+    again = subprocess.run(
+        [sys.executable, str(repro)], cwd=tmp, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == -11, again.stderr[-2000:]  # SIGSEGV, as in the diagnosis
+    assert again.stdout.split() == ["STAGE", "export", "STAGE", "compile"]
+
+
+def test_the_diagnosis_names_the_configurations_it_has(capsys) -> None:
+    from benchmarks import aoti_diagnose
+
+    assert aoti_diagnose.main(["--device", "cpu", "--quick", "--only", "nope"]) == 2
+    assert "no configuration 'nope'; there are: shipped, static-batch, one-call" in (
+        capsys.readouterr().err
+    )
+
+
+def test_every_gpu_configuration_changes_one_thing_from_what_ships() -> None:
+    """The GPU list starts with what steps.optimize ships on a GPU (its builder's options:
+    freezing and max-autotune, FP16) and names each configuration once."""
+    from benchmarks.aoti_diagnose import gpu_configs
+
+    configs = gpu_configs()
+    names = [c.name for c in configs]
+    assert names[0] == "shipped" and len(set(names)) == len(names)
+    shipped = configs[0]
+    assert (shipped.dtype, shipped.options, shipped.path) == (
+        "float16", {"freezing": True, "max_autotune": True}, "aot_compile",
+    )  # fmt: skip
+    assert {c.name for c in configs if c.model == "tiny"} == {"tiny", "tiny-no-autotune"}

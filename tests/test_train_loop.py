@@ -277,6 +277,7 @@ def test_on_cuda_an_epoch_runs_with_synchronising_calls_refused() -> None:
     gpu_data = learnable_cifar(640, 128, cuda.device)
     t = build_training(settings("resnet9", amp_bf16=True), gpu_data, cuda)
     train_one_epoch(t, 0)  # cuDNN's benchmark search and the allocator's first blocks
+    evaluate(t.raw, t.test_batches, t.num_classes, t.autocast)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:

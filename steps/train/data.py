@@ -133,11 +133,12 @@ class Batches:
             (self.seed * 1_000_003 + epoch) * 4099 + self.rank
         )
         n, p = self.local_batch, self.padding
-        shifts, flips = [], []
-        for _ in range(self.steps_per_epoch):
-            shifts.append(torch.randint(-p, p + 1, (n, 2), generator=generator))
-            flips.append((torch.rand(n, generator=generator) < 0.5) & self.flip)
-        return torch.stack(shifts), torch.stack(flips)
+        shifts = torch.empty(self.steps_per_epoch, n, 2, dtype=torch.long)
+        flips = torch.empty(self.steps_per_epoch, n, dtype=torch.bool)
+        for step in range(self.steps_per_epoch):
+            torch.randint(-p, p + 1, (n, 2), generator=generator, out=shifts[step])
+            flips[step] = (torch.rand(n, generator=generator) < 0.5) & self.flip
+        return shifts, flips
 
     def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's augmented, normalised share of each of the epoch's global batches."""

@@ -85,6 +85,7 @@ class Training:
     criterion: nn.Module
     autocast: Callable[[], Any]
     use_bf16: bool
+    cuda_graphs: bool = False  # compiled to replay each step as a CUDA graph
 
     @property
     def modules(self) -> dict[str, Any]:
@@ -138,6 +139,7 @@ def wrap_model(t: Training, hp: TrainConfig, d: Dist) -> None:
         t.model = DistributedDataParallel(t.raw, device_ids=device_ids)
     if hp.compile:
         t.model = torch.compile(t.model, mode=hp.compile_mode)
+        t.cuda_graphs = d.device.type == "cuda" and hp.compile_mode == "reduce-overhead"
 
 
 # --- the loop ----------------------------------------------------------------------------
@@ -150,6 +152,8 @@ def train_one_epoch(t: Training, epoch: int) -> torch.Tensor:
     correct = torch.zeros((), device=device, dtype=torch.long)
     seen = 0
     for images, labels in t.train_batches.epoch(epoch):
+        if t.cuda_graphs:  # a new step: the graphs' outputs of the last one may be reused
+            torch.compiler.cudagraph_mark_step_begin()
         with t.autocast():
             logits = t.model(images)
             loss = t.criterion(logits, labels)

@@ -161,10 +161,11 @@ def run_training(report: Report, args, device, scale: Scale, budget: Budget) -> 
             report.skip(loop.label, f"time budget: {budget.left():.0f} s left of --budget-s")
             continue
         say(f"training: {loop.label}")
-        limit = loop.limit_s * scale.limits
-        limit = limit if loop.settings is None else min(limit, budget.left())
+        own = loop.limit_s * scale.limits
+        limit = own if loop.settings is None else min(own, budget.left())
         env = {"TORCHINDUCTOR_CACHE_DIR": str(args.workdir / CACHE_DIR)}
         outcome, row = in_child(args, device, "train", loop.label, limit, env)
+        outcome = budget_said(outcome, limit < own)
         report.outcome(loop.label, "trained" if row else outcome.describe())
         if row:
             report.add(TrainRow(**row))
@@ -201,8 +202,10 @@ def run_inference(report: Report, args, device, scale: Scale, budget: Budget) ->
             report.skip(variant.name, f"time budget: {budget.left():.0f} s left of --budget-s")
             continue
         say(f"inference: {variant.name}")
-        limit = min(variant.limit_s * scale.limits, budget.left())
+        own = variant.limit_s * scale.limits
+        limit = min(own, budget.left())
         outcome, found = in_child(args, device, "inference", variant.name, limit)
+        outcome = budget_said(outcome, limit < own)
         row = None
         if found:
             row = InferenceRow(**found)
@@ -240,6 +243,13 @@ def in_child(
     if not outcome.finished:
         say(f"  {what}: {outcome.describe()}")
     return outcome, row
+
+
+def budget_said(outcome: Outcome, cut: bool) -> Outcome:
+    """A child stopped at what ``--budget-s`` had left, not at its own limit, says so."""
+    if outcome.status != "timed out" or not cut:
+        return outcome
+    return replace(outcome, detail=f"{outcome.detail} (all --budget-s had left)")
 
 
 def load_data(workdir: Path, device: torch.device) -> Dataset:

@@ -269,6 +269,16 @@ def test_a_variant_built_and_timed_says_so() -> None:
     assert gpu.build_status(Outcome("finished", 20.0, "timing"), row) == "built in 12.3 s; timed"
 
 
+def test_a_child_stopped_by_what_the_budget_had_left_says_so() -> None:
+    timed_out = Outcome("timed out", 5.0, "build", "after 5 s")
+    cut = gpu.budget_said(timed_out, cut=True)
+    assert cut.detail == "after 5 s (all --budget-s had left)"
+    assert gpu.build_status(cut, None) == "build timed out: after 5 s (all --budget-s had left)"
+    assert gpu.budget_said(timed_out, cut=False) == timed_out  # its own limit
+    crashed = Outcome("crashed", 1.0, "build", "SIGSEGV")
+    assert gpu.budget_said(crashed, cut=True) == crashed
+
+
 def test_host_syncs_are_counted_from_cudas_sync_debug_warnings(monkeypatch) -> None:
     """On a GPU each epoch runs in CUDA's sync debug mode "warn"; the warnings it raises
     are counted, other warnings are not, and the mode is back to default afterwards, also

@@ -95,7 +95,7 @@ RESOURCE_VERBS = {
 # blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers
 # on" (update on the owner's <resource>/finalizers, by the owner's name). The train step's
 # executor creates the job under the workflow's account, with its Workflow as the owner
-# (flows/train_step.py OWNER).
+# (flows/pipeline/train_templates.py OWNER).
 OWNED_VERB = "delete"
 OWNER_FINALIZERS_VERB = "update"
 OWNER_RESOURCES = {("argoproj.io", "Workflow"): "workflows"}

@@ -107,7 +107,8 @@ def group_of(obj: dict[str, Any]) -> str:
 
 
 def _cli_output(args: list[str]) -> str:
-    from flows import cifar, cli
+    from flows import cifar
+    from flows.cli import main as cli
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -17,7 +17,7 @@ from flows.cifar import build_submission, build_template
 from flows.local.template_ref import resolve
 from flows.manifests import pytorchjob, trainjob
 from flows.manifests.pod import config_args, pod_env
-from flows.train_step import OWNER, job_annotations, job_labels
+from flows.pipeline.train_templates import OWNER, job_annotations, job_labels
 from steps.common.config import PipelineConfig, load_config
 from tests.conftest import REPO_ROOT, SHARED
 
@@ -32,7 +32,7 @@ STEP_IMAGES = {
     "serve-check": "serve",
     "rollback-alias": "serve",
     "close-run": "train",
-    "reuse-check": "train",  # the check of a memo hit (flows/reuse_step.py)
+    "reuse-check": "train",  # the check of a memo hit (flows/pipeline/reuse_templates.py)
     "restore-champion": "serve",
 }
 SECRETS = {  # sentinel values that must never reach a render or a request
@@ -100,7 +100,7 @@ def when_holds(condition: str) -> bool:
 
 def train_tasks(wf: dict[str, Any]) -> list[dict[str, Any]]:
     """The DAG's training tasks, one per training template (not the runs again after a
-    dead memo hit, flows/reuse_step.py: they run the same templates)."""
+    dead memo hit, flows/pipeline/reuse_templates.py: they run the same templates)."""
     spec = wf["spec"].get("workflowSpec", wf["spec"])
     dag = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])["dag"]
     return [

@@ -21,7 +21,7 @@ from typing import Any
 from flows.cifar import build_submission, build_template
 from flows.local.substitution import substitute
 from flows.local.template_ref import resolve
-from flows.memo_keys import STEPS
+from flows.pipeline.memo_keys import STEPS
 from steps.common.config import PipelineConfig
 
 

@@ -118,7 +118,7 @@ def run_in_process(
     capsys.readouterr()  # what came before is not this command's
     if argv[0] == FLOW[0]:  # python flows/cifar.py ARGS: its __main__ block
         from flows import cifar
-        from flows.cli import main
+        from flows.cli.main import main
 
         def call() -> int:
             return main(argv[1:], cifar)

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from flows import cifar, cli
+from flows import cifar
+from flows.cli import main as cli
 from steps.common.config import load_config
 from tests import admission_policies as ap
 from tests import argo_restrictions

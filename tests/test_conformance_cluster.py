@@ -23,7 +23,7 @@ from hera.workflows import WorkflowTemplate
 from flows import cifar
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.pod import config_args, pod_env, predictor_env
-from flows.serving_step import serving_templates
+from flows.pipeline.serving_templates import serving_templates
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
 from tests.cluster_install_steps import cluster_commands, rendered_runtime

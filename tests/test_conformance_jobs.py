@@ -36,14 +36,15 @@ import pytest
 import yaml
 from hera.workflows import WorkflowTemplate
 
-from flows import cifar, cli
+from flows import cifar
 from flows.cifar import build_template
+from flows.cli import main as cli
 from flows.local.expr.evaluate import environment, evaluate, render
 from flows.manifests import trainjob
 from flows.manifests.names import labels
 from flows.manifests.pod import config_args
-from flows.serving_step import serving_templates
-from flows.train_step import delete_when
+from flows.pipeline.serving_templates import serving_templates
+from flows.pipeline.train_templates import delete_when
 from steps.common.config import load_config
 from tests import test_inferenceservice as ti
 from tests.argo_conditions import outcome, parse
@@ -260,7 +261,7 @@ def test_every_render_and_its_jobs_pass_the_crds(tmp_path: Path, capsys) -> None
 
 def applied_services(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(where, resource template, service as applied) for every ``apply`` of the rendered
-    pipeline (once its DAG holds the deploy step) and of flows.serving_step itself."""
+    pipeline (once its DAG holds the deploy step) and of flows.pipeline.serving_templates itself."""
     cfg = load_config(path, [])
     docs = [("template", build_template(cfg).to_dict())]
     with WorkflowTemplate(name="serving", entrypoint="deploy") as serving:

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-from flows import hints
 from flows.cifar import build_template
+from flows.cli import hints
 from flows.local.status import RunResult, TaskRecord, TaskState
 from flows.local.view import LiveView, print_summary
 from flows.local.workflow import LocalRunner

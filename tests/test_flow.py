@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows import cifar, cli
+from flows import cifar
 from flows.cifar import ROLLBACK_DEPENDS, build_cron_workflow, build_submission, build_template
+from flows.cli import main as cli
 from flows.local.expr.evaluate import environment, evaluate, render
 from flows.manifests.names import FlowError
 from flows.manifests.pod import config_args
-from flows.parameters import PARAMETERS, as_overrides, defaults
-from flows.train_step import delete_when
+from flows.pipeline.parameters import PARAMETERS, as_overrides, defaults
+from flows.pipeline.train_templates import delete_when
 from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.config.loader import dump_config
 from steps.common.version import package_version
@@ -59,7 +60,7 @@ def test_golden_renders(path: Path) -> None:
 def picked(output: str, *tasks: str) -> str:
     """The expression that reads ``output`` of the first of ``tasks`` that Succeeded (a
     memo hit does), else of the last: how a step's outputs reach what reads them
-    (flows/reuse_step.py), the run again's first."""
+    (flows/pipeline/reuse_templates.py), the run again's first."""
     expression = f"tasks['{tasks[-1]}'].outputs.parameters['{output}']"
     for task in reversed(tasks[:-1]):
         value = f"tasks['{task}'].outputs.parameters['{output}']"
@@ -70,7 +71,8 @@ def picked(output: str, *tasks: str) -> str:
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_dag_order_and_data_flow(path: Path) -> None:
     """The DAG a run executes, with the parameters' defaults (one training task runs): each
-    memoized step, the check of its memo hit and its run again (flows/reuse_step.py)."""
+    memoized step, the check of its memo hit and its run again
+    (flows/pipeline/reuse_templates.py)."""
     wf = run_of(load_config(path))
     spec, t = wf["spec"], templates(wf)
     tasks = {task["name"]: task for task in t[spec["entrypoint"]]["dag"]["tasks"]}
@@ -268,7 +270,8 @@ def test_train_is_a_pytorchjob_that_fails_the_step_when_it_fails(path: Path) -> 
     assert resource["failureCondition"] == ", ".join(
         f"status.conditions.{i}.type == Failed" for i in range(4)
     )
-    # the job's name, and what the job says of its run (its memo entry: flows/train_step.py)
+    # the job's name, and what the job says of its run (its memo entry:
+    # flows/pipeline/train_templates.py)
     assert train["outputs"]["parameters"] == [
         {"name": "job-name", "valueFrom": {"jsonPath": "{.metadata.name}"}},
         *(

@@ -1,6 +1,6 @@
 """Submission through Hera's WorkflowsService to a small Argo Server on 127.0.0.1.
 
-``FakeArgo`` speaks the routes ``flows.submit`` calls, with the paths and bodies of Argo's
+``FakeArgo`` speaks the routes ``flows.argo.submit`` calls, with the paths and bodies of Argo's
 ``pkg/apiclient`` protos: create/get Workflow (``POST /api/v1/workflows/{ns}`` with
 ``{"workflow"}``), get/create/update CronWorkflow and WorkflowTemplate (``POST
 /api/v1/workflow-templates/{ns}`` with ``{"template"}``, ``PUT .../{name}`` with the stored
@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from flows import cifar, cli
-from flows.argo_server import resolve_config
+from flows import cifar
+from flows.argo.server import resolve_config
+from flows.cli import main as cli
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.flow_helpers import SECRETS

@@ -18,11 +18,11 @@ import yaml
 from hera.workflows import WorkflowTemplate
 from kubernetes.utils.quantity import parse_quantity
 
-from flows import serving_step
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.names import dns1035
 from flows.manifests.pod import config_args
-from flows.serving_step import FAILURE, SUCCESS, serving_templates
+from flows.pipeline import serving_templates as serving
+from flows.pipeline.serving_templates import FAILURE, SUCCESS, serving_templates
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build
 from tests import kserve_status as ks
@@ -245,7 +245,8 @@ DEPLOY = {  # case -> what Argo decides for `deploy`
     "crash-looping": "waiting",
     "crash-looping-past-deadline": "waiting",
     "ready": "succeeded",
-    # the known limit (flows/serving_step.py): serve-check waits for the version instead
+    # the known limit (flows/pipeline/serving_templates.py): serve-check waits for the
+    # version instead
     "re-applied": "succeeded",
     "updating": "waiting",
     "update-crash-looping": "waiting",  # serve-check, waiting for the version, ends it
@@ -290,7 +291,7 @@ def test_kserve_keeps_ready_where_the_conditions_look() -> None:
     for case in DEPLOY:
         conditions = [c["type"] for c in status_of(case).get("conditions", [])]
         if conditions:
-            assert conditions[serving_step.PREDICTOR_AT : serving_step.READY_AT + 1] == [
+            assert conditions[serving.PREDICTOR_AT : serving.READY_AT + 1] == [
                 "PredictorReady",
                 "Ready",
             ], case

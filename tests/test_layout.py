@@ -73,14 +73,14 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         {
             "flows/cifar.py": "def build():\n    pass\n\n\n"
             'if __name__ == "__main__":\n    from flows.cli import main\n',
-            "flows/cli.py": "from flows.cifar import build\n",
+            "flows/cli/main.py": "from flows.cifar import build\n",
         },
         "flows.cifar <-> flows.cli",
     ),
     "only_benchmarks_use_the_test_servers": (
         {
             "benchmarks/serving.py": "from tests.test_serve import serving\n",
-            "flows/cli.py": "from tests.servers import free_port\n",
+            "flows/cli/main.py": "from tests.servers import free_port\n",
         },
         "benchmarks.serving imports tests.test_serve",
     ),

@@ -76,7 +76,7 @@ EVALUATED = [
     ("ternary", "tasks['flip-coin'].outputs.parameters.result == 'heads' ? 'H' : 'T'", "H"),
     # examples/skipped-output-defaults/expression-fallback.yaml: absent is nil
     ("fallback", "tasks['flip-coin'].outputs.parameters.msg ?? 'expr-fallback'", "expr-fallback"),
-    # the pipeline's own (flows/train_step.py, flows/cifar.py)
+    # the pipeline's own (flows/pipeline/train_templates.py, flows/cifar.py)
     ("workers", "asInt(workflow.parameters.nodes) - 1", "1"),
     (
         "cache key",

@@ -344,7 +344,7 @@ def test_a_rollback_over_a_server_that_never_became_ready_waits_for_it(tmp_path:
 
 def test_the_manifest_from_a_raw_artifact_runs_too(tmp_path: Path) -> None:
     """A WorkflowTemplate's deploy carries its manifest as a raw input artifact with the
-    run's parameters in it (as flows/train_step.py does for the job)."""
+    run's parameters in it (as flows/pipeline/train_templates.py does for the job)."""
     text = isvc(tmp_path, "ok", "{{inputs.parameters.model}}")
     template = deploy("deploy", "")
     del template["resource"]["manifest"]

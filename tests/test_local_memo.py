@@ -2,7 +2,7 @@
 flows/cifar.py`` on this machine, each run after the first with one thing changed, over one
 memo cache, a real SeaweedFS S3 and a real ``mlflow server``. The key table for the cluster
 is tests/test_memo_keys.py's; this is the same table run here, where a step's source
-stands in for its image (flows/memo_keys.py).
+stands in for its image (flows/pipeline/memo_keys.py).
 
 The runs are made tiny (tests/pipeline_runs.py's SMALL, one process, 500 images, no
 serving): what they assert is which tasks run and what the reusing run records, not the

@@ -130,7 +130,7 @@ def test_each_step_reports_its_work_and_its_start_up(smoke_run) -> None:
 
 def test_a_second_run_of_the_same_source_is_served_from_the_memo_cache(smoke_run) -> None:
     """A new workflow with nothing changed: every memoized step Cached from the first (their
-    keys, flows/memo_keys.py, are the same), each hit checked (its objects are there) and
+    keys, flows/pipeline/memo_keys.py, are the same), each hit checked (its objects are there) and
     recorded in the new MLflow run; deploy and serve-check, never memoized, follow the
     reused decision: the alias is still on the version it promoted. It adds a run beside
     the shared one and changes none of it."""

@@ -170,13 +170,13 @@ def test_a_resource_other_than_a_training_job_is_refused(tmp_path: Path) -> None
 
 
 def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path) -> None:
-    """flows/memo_keys.py's keys hash the parameters and inputs with Sprig (what its
-    ``part`` computes), and flows/train_step.py's multi-node job counts Workers as
+    """flows/pipeline/memo_keys.py's keys hash the parameters and inputs with Sprig (what its
+    ``part`` computes), and flows/pipeline/train_templates.py's multi-node job counts Workers as
     {{=asInt(nodes) - 1}}."""
-    from flows import memo_keys
     from flows.cifar import build_submission, build_template
     from flows.local.nodes.scope import scope_of
     from flows.local.substitution import substitute
+    from flows.pipeline import memo_keys
     from steps.common.config import REPO_ROOT, load_config
     from tests.flow_helpers import parameter_values
 
@@ -216,7 +216,7 @@ def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) 
     import subprocess
     import sys
 
-    from flows.memo_keys import STEPS as MEMOIZED
+    from flows.pipeline.memo_keys import STEPS as MEMOIZED
     from steps.common.config import REPO_ROOT
     from tests.pipeline_runs import SMALL, sets
 
@@ -239,7 +239,8 @@ def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) 
         **dict.fromkeys(["deploy", "serve-check"], "Succeeded"),
         **dict.fromkeys(["rollback-alias", "rollback-apply", "rollback-delete"], "Omitted"),
         "onExit.delete-train-job": "Skipped",  # the workflow Succeeded: nothing to clean up
-        # a fresh memo cache: no hit to check, nothing to run again (flows/reuse_step.py)
+        # a fresh memo cache: no hit to check, nothing to run again
+        # (flows/pipeline/reuse_templates.py)
         **{f"{step}-{what}": "Skipped" for step in MEMOIZED for what in ("reused", "again")},
     }
     assert tasks["train"]["outputs"]["job-name"].startswith("cifar-train-")

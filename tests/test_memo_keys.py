@@ -1,4 +1,4 @@
-"""What each memoized step's key holds (flows/memo_keys.py), as Argo evaluates it on a
+"""What each memoized step's key holds (flows/pipeline/memo_keys.py), as Argo evaluates it on a
 cluster: a change re-runs exactly the steps whose outputs it decides, and what a hit hands
 on is the earlier run's outputs (tests/memo_sim.py runs two Workflows over one cache).
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from flows import memo_keys
-from flows.memo_keys import STEPS, key_of, source_identity, split_key
+from flows.pipeline import memo_keys
+from flows.pipeline.memo_keys import STEPS, key_of, source_identity, split_key
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.faulty_builders import extra

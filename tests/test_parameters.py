@@ -8,10 +8,12 @@ import re
 
 import pytest
 
-from flows import cifar, cli, parameters
+from flows import cifar
 from flows.cifar import build_template
+from flows.cli import main as cli
 from flows.manifests.names import FlowError
-from flows.parameters import step_settings
+from flows.pipeline import parameters
+from flows.pipeline.parameters import step_settings
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.flow_helpers import argo_substitute

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from flows.cifar import build_template
-from flows.container_step import retry_expression
 from flows.local.expr.evaluate import environment, evaluate
-from flows.serving_step import CHECK_FINAL_EXITS
+from flows.pipeline.container_template import retry_expression
+from flows.pipeline.serving_templates import CHECK_FINAL_EXITS
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.flow_helpers import CONFIGS, templates

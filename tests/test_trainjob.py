@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 import yaml
 
-from flows import cifar, cli
+from flows import cifar
 from flows.cifar import build_template
+from flows.cli import main as cli
 from flows.manifests import trainjob
 from flows.manifests.names import labels
 from flows.manifests.pod import EnvSpec
-from flows.train_step import ARGO_WORKFLOW_LABEL
+from flows.pipeline.train_templates import ARGO_WORKFLOW_LABEL
 from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 from tests.flow_helpers import (

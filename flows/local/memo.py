@@ -5,7 +5,7 @@ the workflow that ran it, and a later run reuses it while it is younger than ``m
 ``Save`` does) and while the local files its outputs point to (a ``file://`` URI or a path
 that existed when it was stored) are still there. Argo trusts its ConfigMap entry and
 would hand on the outputs of objects since deleted: the pipeline's own check of a hit
-(flows/reuse_step.py) covers that, here and on a cluster.
+(flows/pipeline/reuse_templates.py) covers that, here and on a cluster.
 
 What the command line adds (no Argo counterpart): ``no_cache`` takes no entry at all and
 ``refresh`` none for the named tasks; both still store what they run.

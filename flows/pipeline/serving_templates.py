@@ -78,11 +78,11 @@ import yaml
 from hera.workflows import Artifact, Container, Parameter, RawArtifact, Resource
 from hera.workflows import models as m
 
-from flows.container_step import container_step, file_output
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.names import APP
 from flows.manifests.pod import OUTPUTS_DIR
-from flows.parameters import input_ref
+from flows.pipeline.container_template import container_step, file_output
+from flows.pipeline.parameters import input_ref
 from steps.common.config import PipelineConfig
 
 MANIFEST_PATH = "/tmp/manifest.yaml"
@@ -147,7 +147,8 @@ def _apply(
     failure: str | None,
     outputs: list[Parameter] | None,
 ) -> Resource:
-    """The manifest as a raw input artifact, as train carries its job (flows/train_step.py)."""
+    """The manifest as a raw input artifact, as train carries its job
+    (flows/pipeline/train_templates.py)."""
     params: list[Parameter | Artifact] = [Parameter(name=n) for n in inputs]
     params.append(RawArtifact(name="manifest", path=MANIFEST_PATH, data=text))
     return Resource(

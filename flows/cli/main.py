@@ -3,68 +3,34 @@
 A user error (a bad option combination, config value or server answer to fix) prints one
 line; config and usage errors exit 2, a server that refuses or fails exits 1; ``--debug``
 shows the traceback instead. The pipeline's builders are handed in by flows/cifar.py's
-``__main__`` block (``Pipeline``): the command line never imports the file that calls it.
+``__main__`` block (``builders.Pipeline``): the command line never imports the file that
+calls it. ``serve`` is flows/cli/serve.py's; ``list``, ``get``, ``logs`` and ``ui`` are
+the local runner's review (flows/local/review/commands.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
 import yaml
 
-from flows import argo_server, hints, parameters, resubmit, submit
+from flows.argo import resubmit, server, submit
+from flows.cli.builders import Pipeline
+from flows.cli.run_here import run_here
+from flows.cli.serve import serve
 from flows.local.review import VERBS as REVIEW_VERBS
-from flows.local_run import localize, run_here
 from flows.manifests import trainjob
 from flows.manifests.names import FlowError, labels
-from flows.memo_keys import STEPS
+from flows.pipeline import parameters
+from flows.pipeline.memo_keys import STEPS
 from flows.usage import UsageError
-from steps.common.config import (
-    REPO_ROOT,
-    ConfigError,
-    PipelineConfig,
-    load_config,
-    with_overrides,
-)
+from steps.common.config import ConfigError, PipelineConfig, load_config, with_overrides
 from steps.common.version import git_revision
 
-if TYPE_CHECKING:
-    from hera.workflows import CronWorkflow, Workflow, WorkflowTemplate
-
-
 MEMOIZED = list(STEPS)
-
-
-class Pipeline(Protocol):
-    """What the command line renders, submits or runs here: flows/cifar.py's builders."""
-
-    def build_template(
-        self, cfg: PipelineConfig, *, git_revision: str | None = None, source_keys: bool = False
-    ) -> WorkflowTemplate: ...
-
-    def build_submission(
-        self,
-        cfg: PipelineConfig,
-        values: dict[str, str] | None = None,
-        *,
-        git_revision: str | None = None,
-    ) -> Workflow: ...
-
-    def build_cron_workflow(
-        self,
-        cfg: PipelineConfig,
-        values: dict[str, str] | None = None,
-        *,
-        git_revision: str | None = None,
-    ) -> CronWorkflow: ...
-
-    def render(self, *documents: Workflow | WorkflowTemplate | CronWorkflow) -> str: ...
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,7 +136,7 @@ def run(args: argparse.Namespace, pipeline: Pipeline) -> int:
     values = parameters.parse(args.parameters)
     # -p values are checked as the config fields they stand for; the template keeps the
     # config's values as defaults, the run gets the given ones
-    base = argo_server.resolve_config(load_config(args.config, args.overrides), os.environ)
+    base = server.resolve_config(load_config(args.config, args.overrides), os.environ)
     given = with_overrides(base, parameters.as_overrides(values), args.config)
     given.processes_per_node()  # the run's processes must fit its GPUs, whatever the template's
     if args.render_runtime:
@@ -182,89 +148,36 @@ def run(args: argparse.Namespace, pipeline: Pipeline) -> int:
         return run_here(pipeline, base, given, values, args)
     revision = git_revision()
     if args.resubmit:
-        return resubmit.run(pipeline, base, args, revision)
+        return resubmit_run(pipeline, base, args, revision)
     template = pipeline.build_template(base, git_revision=revision)
     build = pipeline.build_cron_workflow if args.cron else pipeline.build_submission
     workflow = build(base, values, git_revision=revision)
     if args.render:
         sys.stdout.write(pipeline.render(template, workflow))
         return 0
-    target = argo_server.preflight(given, os.environ)
+    target = server.preflight(given, os.environ)
     submit.apply_template(template, target)
     if args.cron:
         return submit.submit_cron(workflow, base, target)  # type: ignore[arg-type]
     return submit.submit_workflow(workflow, base, target, wait=args.wait)
 
 
-def build_serve_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python flows/cifar.py serve",
-        description="Serve the champion here, in the foreground (python -m steps.serve); "
-        "Ctrl-C stops it.",
+def resubmit_run(
+    pipeline: Pipeline, cfg: PipelineConfig, args: argparse.Namespace, revision: str | None
+) -> int:
+    """``--resubmit WORKFLOW [--dry-run] [--wait]``: the failed run's plan, then (unless
+    ``--dry-run``) the current template applied and a run of it submitted
+    (flows/argo/resubmit.py)."""
+    target = server.preflight(cfg, os.environ)
+    return resubmit.resubmit(
+        pipeline.build_template(cfg, git_revision=revision),
+        lambda values: pipeline.build_submission(cfg, values, git_revision=revision),
+        target,
+        args.resubmit,
+        dry_run=args.dry_run,
+        apply=lambda template: submit.apply_template(template, target),
+        submit=lambda workflow: submit.submit_workflow(workflow, cfg, target, wait=args.wait),
     )
-    parser.add_argument(
-        "--model",
-        help="MODEL_URI to serve (default: models:/<benchmark.registered_model>@<benchmark.alias>)",
-    )
-    parser.add_argument("--config", help="config YAML (default: configs/local.yaml)")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE"
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, help="port (default: serving.port; 0: any free one)")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    return parser
-
-
-def serve_command(args: argparse.Namespace, cfg: PipelineConfig) -> tuple[list[str], dict]:
-    """The server's command line and environment: the champion of the config's registry
-    (``MLFLOW_TRACKING_URI``, else ``tracking.uri`` made absolute as a local run makes it)
-    unless ``--model`` names another; this checkout's steps."""
-    cfg = localize(cfg)
-    model = args.model or f"models:/{cfg.benchmark.registered_model}@{cfg.benchmark.alias}"
-    argv = [sys.executable, "-m", "steps.serve", "--model-uri", model, "--host", args.host]
-    if args.port is not None:
-        argv += ["--port", str(args.port)]
-    if args.config:
-        argv += ["--config", str(Path(args.config).resolve())]
-    for override in args.overrides:
-        argv += ["--set", override]
-    if args.debug:
-        argv.append("--debug")
-    env = dict(os.environ)
-    env.setdefault("MLFLOW_TRACKING_URI", cfg.tracking.uri)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    return argv, env
-
-
-def serve(argv: list[str]) -> int:
-    """``python flows/cifar.py serve``: the server in the foreground, its exit code."""
-    args = build_serve_parser().parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.overrides)
-        command, env = serve_command(args, cfg)
-        missing = None if args.model else hints.missing_champion(localize(cfg), args)
-        if missing:
-            raise UsageError(missing)
-    except (ConfigError, UsageError) as exc:
-        if args.debug:
-            raise
-        print(f"cifar: error: {exc}", file=sys.stderr)
-        return 2
-    process = subprocess.Popen(command, env=env)
-
-    def stop(signum: int, frame: object) -> None:
-        # A terminal's Ctrl-C reaches both processes, a kill only this one: the server gets
-        # SIGTERM (a second SIGINT would make uvicorn skip its graceful shutdown).
-        process.send_signal(signal.SIGTERM)
-
-    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, stop) for sig in stops}
-    try:
-        return process.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def main(argv: list[str], pipeline: Pipeline) -> int:
@@ -285,7 +198,7 @@ def main(argv: list[str], pipeline: Pipeline) -> int:
             f"cifar: error: {parameters.in_user_terms(str(exc), args.parameters)}", file=sys.stderr
         )
         return 2
-    except argo_server.SubmitError as exc:
+    except server.SubmitError as exc:
         if args.debug:
             raise
         print(exc, file=sys.stderr)

@@ -1,6 +1,6 @@
 """``--resubmit WORKFLOW``: a failed cluster run, submitted again as a new Workflow of the
 current WorkflowTemplate (new images after a fix) with the failed run's parameters, so each
-step whose memo key did not change is a hit (flows/memo_keys.py).
+step whose memo key did not change is a hit (flows/pipeline/memo_keys.py).
 
 The plan comes first, per memoized step: reused (its key is the one the failed run saved;
 ``<step>-reused`` still checks that what it points at exists) or to run, and which part of
@@ -9,29 +9,24 @@ it never succeeded there (Argo saves successes only: v4.0.5 workflow/controller/
 operator.go). The failed run's keys are its nodes' ``memoizationStatus.key``; the new ones
 are the current template's keys evaluated as Argo would (flows/local/substitution.py) with
 the carried parameters and the outputs a hit would hand on. ``--dry-run`` prints only that.
+The command line's ``--resubmit`` (flows/cli/main.py) calls ``resubmit`` with the pipeline's
+builders and the submission's functions (flows/argo/submit.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hera.exceptions import HeraException, NotFound
 from hera.workflows import Workflow, WorkflowTemplate
 
-from flows.argo_server import ArgoTarget, SubmitError, explain, preflight, service
+from flows.argo.server import ArgoTarget, SubmitError, explain, service
 from flows.local.errors import ExpressionError, UnsupportedFeature
 from flows.local.substitution import substitute
-from flows.memo_keys import STEPS, split_key
-from flows.submit import apply_template, submit_workflow
+from flows.pipeline.memo_keys import STEPS, split_key
 from flows.usage import UsageError
-from steps.common.config import PipelineConfig
-
-if TYPE_CHECKING:  # the builders flows/cifar.py hands the command line
-    from flows.cli import Pipeline
 
 FAILED = ("Failed", "Error")
 # which upstream output each input a key holds is (flows/cifar.py's wiring)
@@ -193,19 +188,3 @@ def resubmit(
         return 0
     apply(template)
     return submit(build(values))
-
-
-def run(
-    pipeline: Pipeline, cfg: PipelineConfig, args: argparse.Namespace, revision: str | None
-) -> int:
-    """``--resubmit WORKFLOW [--dry-run] [--wait]`` of the command line (flows/cli.py)."""
-    target = preflight(cfg, os.environ)
-    return resubmit(
-        pipeline.build_template(cfg, git_revision=revision),
-        lambda values: pipeline.build_submission(cfg, values, git_revision=revision),
-        target,
-        args.resubmit,
-        dry_run=args.dry_run,
-        apply=lambda template: apply_template(template, target),
-        submit=lambda workflow: submit_workflow(workflow, cfg, target, wait=args.wait),
-    )

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from hera.workflows import Container, Parameter
 from hera.workflows import models as m
 
-from flows.container_step import container_step
 from flows.manifests.pod import OUTPUTS_DIR
-from flows.parameters import input_ref
+from flows.pipeline.container_template import container_step
+from flows.pipeline.parameters import input_ref
 from steps.common.config import PipelineConfig
 
 CHECK = "reuse-check"

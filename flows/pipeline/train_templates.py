@@ -16,13 +16,13 @@ from typing import Any
 from hera.workflows import Artifact, Parameter, RawArtifact, Resource
 from hera.workflows import models as m
 
-from flows import parameters
 from flows.manifests import pytorchjob, trainjob
 from flows.manifests.names import APP, labels
 from flows.manifests.pod import pod_env
-from flows.memo_keys import max_age_input, memoize
-from flows.parameters import input_ref
-from flows.reuse_step import RUN_OUTPUT, WORKFLOW_OUTPUT
+from flows.pipeline import parameters
+from flows.pipeline.memo_keys import max_age_input, memoize
+from flows.pipeline.parameters import input_ref
+from flows.pipeline.reuse_templates import RUN_OUTPUT, WORKFLOW_OUTPUT
 from steps.common.config import PipelineConfig
 
 ARGO_WORKFLOW_LABEL = "workflows.argoproj.io/workflow"  # how argo logs finds a pod
@@ -115,7 +115,7 @@ def train_templates(
     One for a TrainJob; two for a PyTorchJob: the Training Operator's webhook refuses a
     Worker replica of 0, so ``train`` (the Master alone) runs when the ``nodes``
     parameter is 1 and ``train-multinode`` (Master + nodes - 1 Workers) when it is more;
-    the other one is Skipped. Both are memoized with one key (flows/memo_keys.py): the
+    the other one is Skipped. Both are memoized with one key (flows/pipeline/memo_keys.py): the
     number of nodes is in it, as a parameter.
     """
     if cfg.train.launcher != "pytorchjob":

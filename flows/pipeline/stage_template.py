@@ -2,7 +2,7 @@
 
 What to stage and where come from the config (``data.source``, ``storage.root_uri``,
 ``data.md5``) in the step's ``--set`` arguments, as every step's settings do. Its key
-(flows/memo_keys.py) holds the data image, the data settings and the ``data-source``
+(flows/pipeline/memo_keys.py) holds the data image, the data settings and the ``data-source``
 parameter; the staged dataset is content-addressed, so a run of it again after a dead hit
 writes the same URI.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from hera.workflows import Container
 
-from flows.container_step import container_step, file_output
 from flows.manifests.pod import OUTPUTS_DIR
-from flows.memo_keys import max_age_input, memoize
-from flows.reuse_step import ran_here
+from flows.pipeline.container_template import container_step, file_output
+from flows.pipeline.memo_keys import max_age_input, memoize
+from flows.pipeline.reuse_templates import ran_here
 from steps.common.config import PipelineConfig
 
 

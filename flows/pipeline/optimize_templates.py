@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 from hera.workflows import Container
 
-from flows.container_step import container_step, file_output, report_artifact
 from flows.manifests.pod import OUTPUTS_DIR
-from flows.memo_keys import max_age_input, memoize
-from flows.parameters import input_ref
-from flows.reuse_step import given, ran_here
+from flows.pipeline.container_template import container_step, file_output, report_artifact
+from flows.pipeline.memo_keys import max_age_input, memoize
+from flows.pipeline.parameters import input_ref
+from flows.pipeline.reuse_templates import given, ran_here
 from steps.common.config import PipelineConfig
 
 MODEL_ARGS = ["--model", input_ref("model-uri")]
@@ -34,7 +34,7 @@ def optimize_template(
     cfg: PipelineConfig, settings: Sequence[str], *, source_keys: bool = False
 ) -> Container:
     """``optimize``: every variant of the trained model, each gated against it; memoized
-    (flows/memo_keys.py; ``source_keys``: by its source, as a local run)."""
+    (flows/pipeline/memo_keys.py; ``source_keys``: by its source, as a local run)."""
     return container_step(
         cfg,
         name="optimize",
@@ -60,7 +60,7 @@ def benchmark_template(
 ) -> Container:
     """``benchmark``: every variant timed; the report as artifacts, the registry's decision
     (``promoted``, the versions) and where the report is (``report-uri``) as outputs;
-    memoized (flows/memo_keys.py)."""
+    memoized (flows/pipeline/memo_keys.py)."""
     report = [
         report_artifact("report", "report.md"),
         report_artifact("benchmark", "benchmark.json"),

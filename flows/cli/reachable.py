@@ -15,7 +15,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from flows.hints import program, shown
+from flows.cli.hints import program, shown
 from flows.manifests.names import FlowError
 from steps.common.config import REPO_ROOT, PipelineConfig
 

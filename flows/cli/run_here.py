@@ -2,26 +2,24 @@
 made local (``localize``: relative paths absolute, so every task and the memoization cache
 see one artifact root and MLflow store), its data source checked here before anything
 starts, then the same WorkflowTemplate and Workflow that ``--submit`` sends, run by the
-local runner (``flows.local``) with the closing lines of ``flows.hints``. One difference:
-the memo keys name each step's source (``steps/<step>/`` and ``steps/common/``) where the
-cluster's name its image (flows/memo_keys.py); ``--no-cache`` and ``--refresh STEP`` take
-no memo entry (for every step, or for a step and what depends on it).
+local runner (``flows.local``) with the closing lines of ``flows.cli.hints``. One
+difference: the memo keys name each step's source (``steps/<step>/`` and ``steps/common/``)
+where the cluster's name its image (flows/pipeline/memo_keys.py); ``--no-cache`` and
+``--refresh STEP`` take no memo entry (for every step, or for a step and what depends on
+it).
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from flows import hints, reachable
-from flows.train_step import MULTINODE
+from flows.cli import hints, reachable
+from flows.cli.builders import Pipeline
+from flows.pipeline.train_templates import MULTINODE
 from flows.usage import UsageError
 from steps.common.config import PipelineConfig
 from steps.common.version import git_revision
-
-if TYPE_CHECKING:  # the builders flows/cifar.py hands the command line
-    from flows.cli import Pipeline
 
 
 def localize(cfg: PipelineConfig, cwd: Path | None = None) -> PipelineConfig:

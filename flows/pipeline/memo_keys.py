@@ -37,7 +37,7 @@ from typing import Any
 from hera.workflows import Parameter
 from hera.workflows import models as m
 
-from flows.parameters import BY_NAME, PARAMETERS
+from flows.pipeline.parameters import BY_NAME, PARAMETERS
 from steps.common.config import REPO_ROOT, PipelineConfig
 
 PART_DIGITS = 12

@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from torch.fx.experimental.optimization import fuse
 
+from benchmarks.gpu_child import STAGE
+
 Runner = Callable[[torch.Tensor], torch.Tensor]
 MIN_BATCH, OPT_BATCH, MAX_BATCH = 1, 64, 256  # OptimizeConfig's defaults
 PARITY_BATCH = 64
@@ -32,16 +34,16 @@ PARITY_BATCH = 64
 
 @dataclass
 class Variant:
-    """How to make one runner, the input dtype it takes, and the seconds it needs at least
-    (its build, on a GPU) before the budget lets it start."""
+    """How to make one runner, the input dtype it takes, the seconds it needs at least
+    (its build, on a GPU) before the budget lets it start, and its child's time limit
+    (``gpu.py`` builds and times each in a process of its own: a compiler that crashes the
+    process, as AOTInductor's did with SIGSEGV in torch 2.11 on an H200, loses one row)."""
 
     name: str
     dtype: torch.dtype
     build: Callable[[], Runner]
     needs_s: float
-    # Built and timed in a child process: a compiler that crashes the process (seen: a
-    # SIGSEGV after AOTInductor's max-autotune, torch 2.11 on an H200) loses one row only.
-    isolated: bool = False
+    limit_s: float = 120.0
 
 
 @dataclass
@@ -72,13 +74,14 @@ def variants(
     on_gpu = device.type == "cuda"
     compile_mode = "reduce-overhead" if on_gpu else None  # CUDA graphs: launch cost at batch 1
     found = [
-        Variant("eager fp32", torch.float32, lambda: model, 1),
-        Variant(f"eager {half_name}", half, lambda: copy.deepcopy(model).to(half), 1),
+        Variant("eager fp32", torch.float32, lambda: model, 1, 60),
+        Variant(f"eager {half_name}", half, lambda: copy.deepcopy(model).to(half), 1, 60),
         Variant(
             f"torch.compile {half_name}" + (" (reduce-overhead)" if on_gpu else ""),
             half,
             lambda: torch.compile(copy.deepcopy(model).to(half), mode=compile_mode),
             60,
+            180,
         ),
     ]
     autotune = [True, False] if on_gpu and max_autotune else [False]
@@ -90,12 +93,12 @@ def variants(
                     dtype,
                     lambda d=dtype, tune=tune: aoti_package(model, d, device, workdir, tune),
                     120 if tune else 60,
-                    isolated=True,
+                    240 if tune else 150,
                 )
             )
     if on_gpu and importlib.util.find_spec("torch_tensorrt") is not None:
         found.append(
-            Variant("TensorRT fp16", torch.float16, lambda: tensorrt_fp16(model, device), 120, True)
+            Variant("TensorRT fp16", torch.float16, lambda: tensorrt_fp16(model, device), 120, 300)
         )
     return found
 
@@ -175,8 +178,10 @@ def measure(
     seconds: float,
 ) -> InferenceRow:
     """Build the variant, check its logits against eager FP32's, time every batch size."""
+    print(f"{STAGE}build", flush=True)  # gpu_child reads where a child stopped
     tic = time.perf_counter()
     run = variant.build()
+    print(f"{STAGE}timing", flush=True)
     inputs, expected = reference
     with torch.no_grad():
         logits = run(inputs.to(variant.dtype)).float()  # the first call: compiles where lazy

@@ -9,12 +9,13 @@ Both loops run in this process on the same CIFAR-shaped uint8 data (N x 32 x 32 
 - seed loop: the PyTorch CIFAR-10 tutorial's: a torchvision ``DataLoader`` (no workers)
   over a dataset that makes a PIL image per sample, ``ToTensor`` + ``Normalize``, batch
   64, SGD (lr 0.001, momentum 0.9), the SimpleCNN;
-- ours: ``steps.train.loop.train_one_epoch`` over ``steps.train.data.Batches`` (uint8
-  data on the device, random crop + flip + normalisation as batched tensor ops), batch
-  512, SGD nesterov with the one-cycle schedule and label smoothing, the same SimpleCNN;
-  and the default ResNet-9; channels_last memory format, and bf16 autocast on a GPU (on
-  a CPU both fp32 and bf16 rows: ``train.amp_bf16_cpu``, whose default ``auto`` takes
-  bf16 only where the CPU has native BF16; the row the default takes here says so).
+- ours: the trainer's own set-up and epoch, ``steps.train.loop.build_training`` with
+  ``TrainConfig``'s defaults and ``train_one_epoch`` (uint8 data on the device, random
+  crop + flip + normalisation as batched tensor ops, batch 512, fused SGD nesterov with the
+  one-cycle schedule and label smoothing), the same SimpleCNN; and the default ResNet-9;
+  channels_last memory format, and bf16 autocast on a GPU (on a CPU both fp32 and bf16
+  rows: ``train.amp_bf16_cpu``, whose default ``auto`` takes bf16 only where the CPU has
+  native BF16; the row the default takes here says so).
 
 Each figure is the median of ``--repeats`` timed epochs after one untimed warm-up epoch;
 on a GPU the timing uses CUDA events around the epoch. ``--quick``: every loop in seconds
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import os
 import platform
 import statistics
@@ -38,15 +38,14 @@ import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.seed_loop import SeedLoop
 from steps.common.config import TrainConfig
-from steps.common.models import build_model
-from steps.train.data import Batches
-from steps.train.loop import one_cycle, train_one_epoch, use_bf16_autocast
+from steps.train.data import Dataset
+from steps.train.distributed import Dist
+from steps.train.loop import build_training, train_one_epoch, use_bf16_autocast, wrap_model
 
 
 def cpu_name() -> str:
@@ -95,23 +94,20 @@ def our_loop(
 ) -> Callable[[], None]:
     data = torch.from_numpy(images).to(device)  # N x 32 x 32 x 3, as staged
     targets = torch.from_numpy(labels).to(device)
-    batches = Batches(data, targets, global_batch=512, channels_last=True)
-    net = build_model(name).to(device, memory_format=torch.channels_last)
-    model = torch.compile(net) if compile_ else net
-    optimizer = torch.optim.SGD(
-        net.parameters(), lr=0.2, momentum=0.9, nesterov=True, weight_decay=5e-4
-    )
-    steps = batches.steps_per_epoch * 100  # a long schedule: the lr stays sensible
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, one_cycle(steps, steps // 10))
-    criterion = nn.CrossEntropyLoss(label_smoothing=0.2)
-    mixed = functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
-    autocast = mixed if bf16 else contextlib.nullcontext
+    dataset = Dataset("synthetic://", "random", "-", [str(k) for k in range(10)],
+                      data, targets, data[:512], targets[:512])  # fmt: skip
+    # TrainConfig's defaults, with a long schedule (the lr stays sensible) and this row's
+    # model, precision and compilation.
+    hp = TrainConfig(
+        model=name, epochs=100, warmup_epochs=10, compile=compile_,
+        amp_bf16=bf16, amp_bf16_cpu=bf16,
+    )  # fmt: skip
+    training = build_training(hp, dataset, Dist(0, 1, 0, device))
+    wrap_model(training, hp, Dist(0, 1, 0, device))
     counter = iter(range(10**9))
 
     def epoch() -> None:
-        totals = train_one_epoch(
-            model, batches, next(counter), optimizer, scheduler, criterion, autocast
-        )
+        totals = train_one_epoch(training, next(counter))
         totals.sum().item()  # wait for the device, as the trainer does at epoch end
 
     return epoch

@@ -269,18 +269,21 @@ GPU_MACHINE_HAS = frozenset(
 )
 
 
+GPU_SCRIPTS = ("benchmarks.gpu", "benchmarks.aoti_diagnose")  # run there, nothing installed
+
+
 def gpu_benchmark_imports_what_a_bare_gpu_machine_has(graph: dict[str, Module]) -> list[str]:
-    """``benchmarks.gpu`` and everything it imports name only the standard library,
-    PyTorch, torchvision, numpy and PIL (lazy imports too): no pydantic, MLflow or boto3."""
-    if "benchmarks.gpu" not in graph:
-        return []
+    """``benchmarks.gpu``, ``benchmarks.aoti_diagnose`` and everything they import name only
+    the standard library, PyTorch, torchvision, numpy and PIL (lazy imports too): no
+    pydantic, MLflow or boto3."""
     problems = []
-    for name, path in reachable(graph, "benchmarks.gpu").items():
-        for target in sorted(graph[name].imports):
-            first = top(target)
-            if first not in GPU_MACHINE_HAS and first not in sys.stdlib_module_names:
-                problems.append(f"{' -> '.join(path)} imports {target}")
-    return problems
+    for script in (s for s in GPU_SCRIPTS if s in graph):
+        for name, path in reachable(graph, script).items():
+            for target in sorted(graph[name].imports):
+                first = top(target)
+                if first not in GPU_MACHINE_HAS and first not in sys.stdlib_module_names:
+                    problems.append(f"{' -> '.join(path)} imports {target}")
+    return sorted(set(problems))
 
 
 # The documents steps hand each other are read through their contracts (issue 40):

@@ -105,6 +105,13 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         },
         "benchmarks.gpu -> steps.train.fit imports mlflow",
     ),
+    "gpu_benchmark_imports_what_a_bare_gpu_machine_has (the AOTInductor diagnosis)": (
+        {
+            "benchmarks/aoti_diagnose.py": "from benchmarks.aoti_reproduction import script\n",
+            "benchmarks/aoti_reproduction.py": "def script():\n    import pydantic\n",
+        },
+        "benchmarks.aoti_diagnose -> benchmarks.aoti_reproduction imports pydantic",
+    ),
 }
 
 

@@ -29,11 +29,12 @@ from steps.common.models import build_model
 from steps.common.storage import open_store
 from steps.stage_data.stage import parse_source, stage_dataset
 from steps.train.checkpoints import checkpoint_epochs, checkpoint_key
-from steps.train.hooks import DEBUG_DIR_ENV, STOP_AFTER_ENV, StopRequested, state_checksum
+from steps.train.fit import StopRequested
 from steps.train.step import build_parser, main, run
 from tests.conftest import REPO_ROOT, S3Bucket
 from tests.mlflow_server import MLflowServer
 from tests.servers import free_port
+from tests.train_hooks import TestHooks, hook_args, state_checksum
 
 TRAIN_IMAGES = 1500
 SIMPLE = [
@@ -78,10 +79,10 @@ def launch(
     )
 
 
-def train_in_process(dataset: str, output: Path | str, overrides: list[str]):
-    """``run(args)`` in this process: one rank, no torchrun environment."""
+def train_in_process(dataset: str, output: Path | str, overrides: list[str], hooks=None):
+    """``run(args, hooks)`` in this process: one rank, no torchrun environment."""
     argv = ["--dataset", dataset, "--output", str(output), *sets(overrides)]
-    return run(build_parser().parse_args(argv))
+    return run(build_parser().parse_args(argv), hooks)
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -126,7 +127,7 @@ def ddp_run(
 ) -> DDPRun:
     """The workflow's shape: ``steps.tracking start`` makes the run, the trainer joins it."""
     tmp = tmp_path_factory.mktemp("ddp")
-    env = {"MLFLOW_TRACKING_URI": mlflow_server.uri, DEBUG_DIR_ENV: str(tmp / "debug")}
+    env = {"MLFLOW_TRACKING_URI": mlflow_server.uri}
     start = ["start", "--run-name", "ddp-test", "--set", "tracking.experiment=test-train"]
     started = subprocess.run(
         [sys.executable, "-m", "steps.tracking", *start, "--outputs-dir", str(tmp / "start")],
@@ -148,6 +149,7 @@ def ddp_run(
         run_id,
         "--outputs-dir",
         str(tmp / "outputs"),
+        *hook_args(debug_dir=tmp / "debug"),
         env=env,
     )
     assert process.returncode == 0, process.stderr[-4000:]
@@ -226,16 +228,17 @@ def test_mlflow_run_has_params_metrics_input_plots_and_model(
 # --- resume -------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_stopped_two_rank_job_resumes_at_the_next_epoch(dataset_uri: str, tmp_path: Path):
-    env = {STOP_AFTER_ENV: "1", DEBUG_DIR_ENV: str(tmp_path / "debug")}
-    stopped = launch(2, dataset_uri, tmp_path / "model", SIMPLE, env=env)
+    debug = hook_args(debug_dir=tmp_path / "debug")
+    stopped = launch(
+        2, dataset_uri, tmp_path / "model", SIMPLE, *debug, "--hook-arg", "stop_after=1"
+    )
     assert stopped.returncode != 0
     assert "stopped after epoch 1" in stopped.stderr
     store = open_store(str(tmp_path / "model"))
     assert checkpoint_epochs(store) == [1] and not store.exists("model.json")
 
-    del env[STOP_AFTER_ENV]
     resumed = launch(2, dataset_uri, tmp_path / "model", SIMPLE, "--outputs-dir",
-                     str(tmp_path / "out"), env=env)  # fmt: skip
+                     str(tmp_path / "out"), *debug)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "resumed after epoch 1 of 3" in resumed.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -247,13 +250,11 @@ def test_stopped_two_rank_job_resumes_at_the_next_epoch(dataset_uri: str, tmp_pa
 
 
 def test_resumed_run_ends_with_the_uninterrupted_runs_weights(
-    dataset_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    dataset_uri: str, tmp_path: Path
 ) -> None:
     whole = train_in_process(dataset_uri, tmp_path / "whole", SIMPLE)
-    monkeypatch.setenv(STOP_AFTER_ENV, "2")
     with pytest.raises(StopRequested, match="stopped after epoch 2"):
-        train_in_process(dataset_uri, tmp_path / "parts", SIMPLE)
-    monkeypatch.delenv(STOP_AFTER_ENV)
+        train_in_process(dataset_uri, tmp_path / "parts", SIMPLE, TestHooks(stop_after=2))
     resumed = train_in_process(dataset_uri, tmp_path / "parts", SIMPLE)
     assert (resumed.start_epoch, resumed.epochs) == (2, 3)
     # Data order and augmentation are functions of (seed, epoch, rank); the optimizer,
@@ -264,6 +265,18 @@ def test_resumed_run_ends_with_the_uninterrupted_runs_weights(
     for name, tensor in weights[0].items():
         assert torch.equal(tensor, weights[1][name]), name
     assert resumed.test_accuracy == whole.test_accuracy
+
+
+def test_the_stop_hook_handed_in_on_the_command_line_exits_3_after_the_checkpoint(
+    dataset_uri: str, tmp_path: Path, capsys
+) -> None:
+    """The test-only stop (README's exit 3): handed in by --hooks, as under torchrun."""
+    argv = ["--dataset", dataset_uri, "--output", str(tmp_path / "model"), *sets(SIMPLE)]
+    assert main([*argv, *hook_args(stop_after=1)]) == 3
+    (line,) = error_lines(capsys.readouterr().err)
+    assert line == "train: error: stopped after epoch 1 (the test's stop hook)"
+    store = open_store(str(tmp_path / "model"))
+    assert checkpoint_epochs(store) == [1] and not store.exists("model.json")
 
 
 @pytest.fixture(scope="module")
@@ -345,14 +358,14 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(
     assert json.loads((model / "model.json").read_text())["epochs"] == 3
 
 
-def test_dataset_and_checkpoints_on_s3(s3_bucket: S3Bucket, monkeypatch) -> None:
+def test_dataset_and_checkpoints_on_s3(s3_bucket: S3Bucket) -> None:
     quiet = Console(file=io.StringIO())
     staged = stage_dataset(parse_source("synthetic:600"), s3_bucket.uri, load_config(), quiet)
     model_uri = f"{s3_bucket.uri}/models/run-1"
-    monkeypatch.setenv(STOP_AFTER_ENV, "1")
     with pytest.raises(StopRequested):
-        train_in_process(staged.dataset_uri, model_uri, [*SIMPLE, "train.epochs=2"])
-    monkeypatch.delenv(STOP_AFTER_ENV)
+        train_in_process(
+            staged.dataset_uri, model_uri, [*SIMPLE, "train.epochs=2"], TestHooks(stop_after=1)
+        )
     result = train_in_process(staged.dataset_uri, model_uri, [*SIMPLE, "train.epochs=2"])
     store = open_store(model_uri)
     assert (result.model_uri, result.start_epoch, result.epochs) == (model_uri, 1, 2)

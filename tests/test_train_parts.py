@@ -3,15 +3,17 @@ epoch totals, checkpoints and resume, the test hooks (no torchrun, no servers)."
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import itertools
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from steps.common.config import TrainConfig
+from steps.common.config import ConfigError, TrainConfig
 from steps.common.device import cpu_bf16_features
 from steps.common.models import ARCHITECTURES, build_model, count_parameters
 from steps.common.storage import LocalStore
@@ -28,15 +30,11 @@ from steps.train.checkpoints import (
 )
 from steps.train.data import Batches, crop_flip, epoch_order
 from steps.train.distributed import Dist
-from steps.train.hooks import (
-    DEBUG_DIR_ENV,
-    STOP_AFTER_ENV,
-    StopRequested,
-    from_environment,
-    state_checksum,
-)
-from steps.train.loop import evaluate, one_cycle, use_bf16_autocast
-from steps.train.totals import EpochTotals, epoch_metrics
+from steps.train.fit import Hooks, StopRequested
+from steps.train.loop import EpochTotals, epoch_metrics, evaluate, one_cycle, use_bf16_autocast
+from steps.train.step import build_parser, load_hooks
+from tests.conftest import REPO_ROOT
+from tests.train_hooks import HOOKS, TestHooks, state_checksum
 
 ONE_PROCESS = Dist(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
@@ -263,14 +261,14 @@ def test_resume_restores_modules_rng_and_progress_of_the_checkpoint(tmp_path) ->
     ],
 )
 def test_stop_hook_fires_after_epoch_k_unless_no_epoch_follows(
-    monkeypatch, stop_after, epoch, last, stops
+    stop_after, epoch, last, stops
 ) -> None:
-    monkeypatch.delenv(DEBUG_DIR_ENV, raising=False)
-    if stop_after:
-        monkeypatch.setenv(STOP_AFTER_ENV, stop_after)
-    else:
-        monkeypatch.delenv(STOP_AFTER_ENV, raising=False)
-    hooks = from_environment()
+    argv = ["--dataset", "d", "--output", "o"]
+    if stop_after:  # as the command line hands it over: a string
+        argv += ["--hooks", HOOKS, "--hook-arg", f"stop_after={stop_after}"]
+    args = build_parser().parse_args(argv)
+    hooks = load_hooks(args.hooks, args.hook_args)
+    assert isinstance(hooks, TestHooks if stop_after else Hooks)
     if stops:
         with pytest.raises(StopRequested, match=f"stopped after epoch {epoch} "):
             hooks.after_epoch(epoch, last, ONE_PROCESS)
@@ -278,11 +276,67 @@ def test_stop_hook_fires_after_epoch_k_unless_no_epoch_follows(
         hooks.after_epoch(epoch, last, ONE_PROCESS)
 
 
-def test_debug_hook_writes_each_ranks_weights_checksum(monkeypatch, tmp_path) -> None:
-    monkeypatch.delenv(STOP_AFTER_ENV, raising=False)
-    monkeypatch.setenv(DEBUG_DIR_ENV, str(tmp_path))
+def test_debug_hook_writes_each_ranks_weights_checksum(tmp_path) -> None:
     model = torch.nn.Linear(4, 2)
     rank_1 = Dist(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"))
-    from_environment().at_end(model, 3, rank_1)
+    load_hooks(HOOKS, [f"debug_dir={tmp_path}"]).at_end(model, 3, rank_1)
     written = json.loads((tmp_path / "rank-1.json").read_text())
     assert written == {"rank": 1, "weights_sha256": state_checksum(model), "start_epoch": 3}
+
+
+@pytest.mark.parametrize(
+    ("spec", "pairs", "words"),
+    [
+        (None, ["stop_after=1"], "--hook-arg stop_after=1 without --hooks"),
+        (HOOKS, ["stop_after"], "--hook-arg stop_after: expected KEY=VALUE"),
+        ("tests.no_such_module:Hooks", [], "--hooks tests.no_such_module:Hooks: No module named"),
+        ("tests.train_hooks:Nothing", [], "--hooks tests.train_hooks:Nothing: module "),
+        (HOOKS, ["colour=red"], "unexpected keyword argument 'colour'"),
+        ("tests.train_hooks:state_checksum", [], "--hooks tests.train_hooks:state_checksum: "),
+        ("tests.train_hooks:hook_args", [], "made a list, not Hooks"),
+    ],
+    ids=["arg-without-hooks", "arg-without-value", "no-module", "no-name", "bad-arg",
+         "not-a-factory", "not-hooks"],
+)  # fmt: skip
+def test_hooks_that_cannot_be_made_are_a_user_error_naming_them(spec, pairs, words) -> None:
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        load_hooks(spec, pairs)
+
+
+TORCHRUN_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK"}
+
+
+def environment_reads(path) -> set[str]:
+    """The names a module reads from the environment: ``os.environ.get("X")``,
+    ``os.environ["X"]``, ``os.getenv("X")``, and any other string given to them."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        target = None
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in (
+            "os.environ.get", "os.getenv", "environ.get", "getenv",
+        ):  # fmt: skip
+            target = node.args[0] if node.args else None
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) in (
+            "os.environ",
+            "environ",
+        ):
+            target = node.slice
+        if target is not None:
+            names.add(ast.unparse(target).strip("'\""))
+    return names
+
+
+def test_the_trainer_reads_only_torchruns_variables_from_the_environment(tmp_path) -> None:
+    """Issue 40: the test-only stop is injected by the tests (--hooks), not read from the
+    environment by production code. steps/train reads what torchrun sets, nothing else."""
+    train = REPO_ROOT / "steps" / "train"
+    read = {path.name: environment_reads(path) for path in sorted(train.glob("*.py"))}
+    assert set().union(*read.values()) == TORCHRUN_VARIABLES, read
+    # The reader sees a read as the trainer made one before (hooks.py, by a constant's name).
+    before = tmp_path / "hooks.py"
+    before.write_text(
+        'import os\nSTOP_AFTER_ENV = "CIFAR_TRAIN_STOP_AFTER_EPOCH"\n'
+        "stop_after = int(os.environ.get(STOP_AFTER_ENV) or 0)\n"
+        'debug = os.environ["CIFAR_TRAIN_DEBUG_DIR"]\n'
+    )
+    assert environment_reads(before) == {"STOP_AFTER_ENV", "CIFAR_TRAIN_DEBUG_DIR"}

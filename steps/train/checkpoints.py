@@ -1,10 +1,12 @@
-"""The training step's checkpoints: what one holds, writing it, finding the newest intact
-one and resuming from it.
+"""What the training step writes to the model URI: checkpoints (what one holds, writing it,
+finding the newest intact one and resuming from it) and, at the end, the model itself.
 
 Checkpoints: ``<model>/checkpoints/epoch-NNNN.pt`` (model, optimizer, scheduler, RNG,
 epoch, progress, history) and then ``epoch-NNNN.json`` with its sha256. The sidecar is
 written last, so a checkpoint without one is incomplete and ignored; one whose bytes do not
 match it, or that does not load, is reported and the previous one is used instead.
+
+The model: ``weights.pt`` (a CPU state dict) and then ``model.json``, which publishes it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from typing import Any
 
 import torch
 
+from steps.common.config import TrainConfig
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE
 from steps.common.storage import StorageError, Store
 from steps.common.weights import WeightsError, load_weights
+from steps.train.data import Dataset
 from steps.train.distributed import Dist, broadcast_object
 
 CHECKPOINTS = "checkpoints"
@@ -161,3 +166,31 @@ def resume(
         module.load_state_dict(state[name])
     set_rng_state(state["rng"])
     return Progress(**state["progress"], history=state["history"])
+
+
+# --- the model ---------------------------------------------------------------------------
+def model_meta(
+    hp: TrainConfig, data: Dataset, dataset_uri: str, test_accuracy: float, epochs: int
+) -> dict[str, Any]:
+    """``model.json``: what the optimize, benchmark and predict steps need to rebuild it."""
+    return {
+        "architecture": hp.model,
+        "num_classes": len(data.classes),
+        "classes": data.classes,
+        "mean": list(CIFAR10_MEAN),
+        "std": list(CIFAR10_STD),
+        "input_shape": list(INPUT_SHAPE),
+        "dataset_uri": dataset_uri,
+        "dataset_digest": data.digest,
+        "test_accuracy": test_accuracy,
+        "epochs": epochs,
+        "width": hp.width,  # build_model(architecture, num_classes, width)
+    }
+
+
+def write_model(store: Store, model: torch.nn.Module, meta: dict[str, Any]) -> None:
+    """``weights.pt`` (CPU state dict), then ``model.json``, which publishes the model."""
+    buffer = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+    store.write_bytes("weights.pt", buffer.getvalue())
+    store.write_bytes("model.json", json.dumps(meta, indent=2).encode())

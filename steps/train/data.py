@@ -1,13 +1,17 @@
-"""The training step's data path: the staged uint8 arrays held in memory (on the GPU when
-there is one; ``steps.train.staged`` reads them), each rank's share of every global batch,
-augmentation as batched tensor ops. Plain torch: ``benchmarks/gpu.py`` runs it on a machine
-with no pydantic, MLflow or boto3.
+"""The training step's data path: the staged uint8 arrays held in memory on the training
+device, each rank's share of every global batch, augmentation as batched tensor ops. Plain
+torch: ``benchmarks/gpu.py`` runs it on a machine with no pydantic, MLflow or boto3.
 
 No DataLoader, no PIL, no per-image Python: a batch is one gather from the uint8 images
 with the random crop (reflect padding) and the horizontal flip folded into the gather's
 indices, then one fused multiply-add that converts to float and normalises. Images stay
 ``N x 32 x 32 x 3`` as staged, so a gathered batch viewed as ``N x 3 x 32 x 32`` is
-already in channels_last layout.
+already in channels_last layout. Every batch of an epoch has the same shape (the tail is
+dropped), so a compiled step is compiled once and can replay as a CUDA graph.
+
+Nothing here waits for the device: the epoch's order and its random shifts and flips are
+drawn on the host when the epoch starts and cross to the device in one copy each, so the
+host can queue step after step while the device works.
 """
 
 from __future__ import annotations
@@ -76,6 +80,14 @@ def crop_flip(
     return images.view(-1).take(offsets).permute(0, 3, 1, 2)
 
 
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` on ``device``; to a GPU from pinned memory without blocking the host (the
+    copy is queued on the stream like the kernels that read it)."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 class Batches:
     """One rank's batches: iterate ``epoch(e)`` for training, ``ordered()`` for evaluation."""
 
@@ -112,25 +124,33 @@ class Batches:
         out = torch.addcmul(self.shift, batch, self.scale)
         return out.contiguous(memory_format=self.memory_format)  # a no-op for channels_last
 
-    def augment(self, index: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """``images[index]``, each randomly shifted by up to ``crop_padding`` pixels (a crop
-        of the reflect-padded image) and flipped with probability 1/2, as uint8."""
-        n, p, device = len(index), self.padding, self.images.device
-        shifts = torch.randint(-p, p + 1, (n, 2), generator=generator).to(device)
-        flips = (torch.rand(n, generator=generator) < 0.5).to(device) & self.flip
-        return crop_flip(self.images, index, shifts, flips)
+    def augmentation(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The epoch's random shifts (``steps x n x 2``, each up to ``crop_padding`` pixels:
+        a crop of the reflect-padded image) and flips (``steps x n``, probability 1/2), on
+        the host. A function of (seed, epoch, rank), so a resumed epoch draws the same; drawn
+        step by step, shifts then flips, the order the trainer has always drawn them in."""
+        generator = torch.Generator().manual_seed(
+            (self.seed * 1_000_003 + epoch) * 4099 + self.rank
+        )
+        n, p = self.local_batch, self.padding
+        shifts = torch.empty(self.steps_per_epoch, n, 2, dtype=torch.long)
+        flips = torch.empty(self.steps_per_epoch, n, dtype=torch.bool)
+        for step in range(self.steps_per_epoch):
+            torch.randint(-p, p + 1, (n, 2), generator=generator, out=shifts[step])
+            flips[step] = (torch.rand(n, generator=generator) < 0.5) & self.flip
+        return shifts, flips
 
     def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's augmented, normalised share of each of the epoch's global batches."""
         order = epoch_order(len(self.images), self.global_batch, self.seed, epoch)
         start = self.rank * self.local_batch
-        mine = order[:, start : start + self.local_batch].to(self.images.device)
-        # Augmentation randomness is a function of (seed, epoch, rank) too: resumable.
-        generator = torch.Generator().manual_seed(
-            (self.seed * 1_000_003 + epoch) * 4099 + self.rank
+        mine = order[:, start : start + self.local_batch]
+        indices, shifts, flips = (
+            to_device(host, self.images.device) for host in (mine, *self.augmentation(epoch))
         )
-        for index in mine:
-            yield self.normalize(self.augment(index, generator)), self.labels[index]
+        for index, shift, flip in zip(indices, shifts, flips, strict=True):
+            batch = crop_flip(self.images, index, shift, flip)
+            yield self.normalize(batch), self.labels[index]
 
     def ordered(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's shard (every world_size-th sample) in order, unaugmented."""

@@ -1,6 +1,12 @@
-"""The training itself, top to bottom: data, network and schedule, resume, the epoch loop
-(train, evaluate, checkpoint), outputs. Every rank runs it; rank 0 alone says what happens,
-writes checkpoints and the model, and logs to MLflow.
+"""The training itself, top to bottom: the staged data read onto the device, the network
+and its schedule (``loop``), resume, the epoch loop (train, evaluate, checkpoint), outputs.
+Every rank runs it; rank 0 alone says what happens, writes checkpoints and the model, and
+logs to MLflow.
+
+``Hooks`` are the points where a test acts on a run (stop after an epoch as a killed job
+would, record each rank's weights): the tests hand their own to ``steps.train.step``
+(``--hooks``, or ``run(args, hooks)`` in process); a run without them calls these, which do
+nothing.
 """
 
 from __future__ import annotations
@@ -14,20 +20,46 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
-from steps.common.config import ConfigError, PipelineConfig, TrainConfig
+from steps.common.config import ConfigError, PipelineConfig, StorageConfig, TrainConfig
+from steps.common.dataset import SPLITS, read_manifest, read_split
 from steps.common.pipeline_run import TrackedRun
 from steps.common.storage import Store, open_store
-from steps.train.checkpoints import Progress, resume, save_checkpoint, training_state
+from steps.train.checkpoints import (
+    Progress,
+    model_meta,
+    resume,
+    save_checkpoint,
+    training_state,
+    write_model,
+)
+from steps.train.data import Dataset
 from steps.train.distributed import Dist, average_buffers
-from steps.train.hooks import Hooks
-from steps.train.loop import evaluate, train_one_epoch
-from steps.train.outputs import model_meta, write_model
+from steps.train.loop import (
+    EpochTotals,
+    Training,
+    build_training,
+    epoch_metrics,
+    evaluate,
+    train_one_epoch,
+    wrap_model,
+)
 from steps.train.report import log_final, log_start
-from steps.train.staged import load_dataset
-from steps.train.totals import EpochTotals, epoch_metrics
-from steps.train.training import Training, build_training
+
+
+class StopRequested(Exception):
+    """A hook stopped training after an epoch's checkpoint (the step exits 3)."""
+
+
+class Hooks:
+    """Called by the trainer at fixed points; these do nothing (a test passes its own)."""
+
+    def after_epoch(self, epoch: int, last: bool, d: Dist) -> None:
+        """``epoch`` (counted from 1) is done and checkpointed when due; ``last``: no epoch
+        follows. May raise ``StopRequested``."""
+
+    def at_end(self, model: torch.nn.Module, start_epoch: int, d: Dist) -> None:
+        """Training is over and rank 0 has written the model."""
 
 
 @dataclass
@@ -61,6 +93,25 @@ class RunContext:
     hooks: Hooks
 
 
+def load_dataset(uri: str, storage: StorageConfig, device: torch.device) -> Dataset:
+    """A dataset staged by ``steps.stage_data``, every file verified against the manifest
+    it wrote last, read onto ``device`` once."""
+    store = open_store(uri, storage)
+    manifest = read_manifest(store)
+    tensors: dict[str, torch.Tensor] = {}
+    for split in SPLITS:
+        images, labels = read_split(store, manifest, split)
+        tensors[f"{split}_images"] = torch.from_numpy(images).to(device)
+        tensors[f"{split}_labels"] = torch.from_numpy(labels).to(device)
+    return Dataset(
+        uri=uri,
+        name=manifest.get("name", "dataset"),
+        digest=manifest["digest"],
+        classes=list(manifest.get("classes", [str(i) for i in range(10)])),
+        **tensors,
+    )
+
+
 def fit(
     args: argparse.Namespace, cfg: PipelineConfig, d: Dist, tracked: TrackedRun | None, hooks: Hooks
 ) -> TrainResult:
@@ -85,12 +136,7 @@ def fit(
     else:
         progress = Progress()
     start_epoch, done_before = progress.epoch, len(progress.history)
-    if d.distributed:
-        on_gpu = d.device.type == "cuda"
-        device_ids = [d.device.index] if on_gpu else None
-        training.model = DistributedDataParallel(training.raw, device_ids=device_ids)
-    if hp.compile:
-        training.model = torch.compile(training.model)
+    wrap_model(training, hp, d)  # DDP, torch.compile: after the resume loaded the weights
     if tracked:
         log_start(tracked, cfg, data, store.root)
     say(
@@ -144,11 +190,9 @@ def run_epochs(ctx: RunContext, t: Training, progress: Progress) -> EpochTotals 
     totals = None
     for epoch in range(start_epoch, end_epoch):
         tic = time.perf_counter()
-        train_sums = train_one_epoch(
-            t.model, t.train_batches, epoch, t.optimizer, t.scheduler, t.criterion, t.autocast
-        )
+        train_sums = train_one_epoch(t, epoch)
         if d.device.type == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize()  # the epoch's time: the device's queue drained
         seconds = time.perf_counter() - tic
         average_buffers(t.raw, d)  # BatchNorm statistics: the mean over ranks
         test_sums, confusion = evaluate(t.raw, t.test_batches, t.num_classes, t.autocast)

@@ -72,7 +72,18 @@ class TrainConfig(Section):
     channels_last: bool = Field(
         True, description="channels_last memory format (GPU, and CPU: oneDNN is faster with it)"
     )
-    compile: bool = Field(False, description="torch.compile the model")
+    compile: bool = Field(
+        False,
+        description="torch.compile the model; off by default: on an H200 it gained 4 percent an "
+        "epoch for 16 s of compiling, a loss on a run that reaches 90 percent in 2 s",
+    )
+    compile_mode: Literal[
+        "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
+    ] = Field(
+        "default",
+        description="torch.compile's mode when train.compile; reduce-overhead replays each "
+        "step as a CUDA graph (every training batch has the same shape)",
+    )
     target_accuracy: float | None = Field(
         None, gt=0, le=1, description="stop at the first epoch with this test accuracy"
     )

@@ -22,11 +22,11 @@ check of a hit, and ``<step>-again``, the step run again when the hit's objects 
 (``reuse_templates``); what reads a step's outputs reads the ones it handed on. The exit
 handler runs ``close-run``, which ends the MLflow run with the workflow's status, and,
 unless training succeeded, ``delete-train-job``. Each template family has its module in
-``flows.pipeline``: ``tracking_templates`` (create-run, close-run), ``stage_template``,
+``flows.pipeline``: ``mlflow_templates`` (create-run, close-run), ``stage_template``,
 ``train_templates`` (the jobs and their deletion), ``optimize_templates`` (optimize,
 benchmark), ``serving_templates`` (deploy, serve-check, the rollbacks). One run at a time
 holds the mutex ``cluster.mutex``. Every step gets the config as ``--set`` arguments
-(``flows.manifests.pod.config_args``); outputs are small files under /tmp/outputs read
+(``flows.manifests.shared_pod.config_args``); outputs are small files under /tmp/outputs read
 back as output parameters; a run writes its objects under
 ``<storage.root_uri>/runs/<workflow name>`` (a hit's are an earlier run's).
 """
@@ -43,14 +43,14 @@ from hera.workflows import models as m
 from flows.manifests.names import APP, annotations, labels, run_root, workflow_url
 from flows.pipeline import parameters
 from flows.pipeline.memo_keys import MAX_AGE_INPUT, RUN_AGAIN
+from flows.pipeline.mlflow_templates import RUN_ID_GLOBAL, close_run_template, create_run_template
 from flows.pipeline.optimize_templates import DECISION, benchmark_template, optimize_template
 from flows.pipeline.parameters import step_settings
 from flows.pipeline.reuse_templates import RUN_OUTPUT, Reuse, reuse_check_template
 from flows.pipeline.serving_templates import ServingTemplates, restore_template, serving_templates
 from flows.pipeline.stage_template import stage_template
-from flows.pipeline.tracking_templates import RUN_ID_GLOBAL, close_run_template, create_run_template
+from flows.pipeline.template_fields import workflow_spec
 from flows.pipeline.train_templates import delete_template, delete_when, train_templates
-from flows.pipeline.workflow_spec import workflow_spec
 from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"

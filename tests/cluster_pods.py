@@ -28,7 +28,7 @@ import yaml
 from flows import cifar
 from flows.manifests import inferenceservice as isvc
 from flows.manifests import trainjob
-from flows.manifests.pod import config_args
+from flows.manifests.shared_pod import config_args
 from steps.common.config import PipelineConfig
 from tests.cluster_build import CLUSTER
 from tests.flow_helpers import job_of, run_of, templates

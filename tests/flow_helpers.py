@@ -16,7 +16,7 @@ import yaml
 from flows.cifar import build_submission, build_template
 from flows.local.template_ref import resolve
 from flows.manifests import pytorchjob, trainjob
-from flows.manifests.pod import config_args, pod_env
+from flows.manifests.shared_pod import config_args, pod_env
 from flows.pipeline.train_templates import OWNER, job_annotations, job_labels
 from steps.common.config import PipelineConfig, load_config
 from tests.conftest import REPO_ROOT, SHARED

@@ -163,22 +163,10 @@ def _with_parents(target: str, graph: dict[str, Module]) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in graph]
 
 
-# A type-only circle outside this rule's first reach: steps/serve_check's report.py names
-# check.py's ``Check`` for its type (issue 40 item 3's split); steps/ was not this refactor's
-# to change. Only a circle that disappears without its TYPE_CHECKING imports may be listed.
-TYPE_ONLY_CIRCLES_LEFT = frozenset({"steps.serve_check.check <-> steps.serve_check.report"})
-
-
 def import_cycles(graph: dict[str, Module]) -> list[str]:
     """Every strongly connected group of modules that import each other (Tarjan), a
-    ``TYPE_CHECKING`` import counted as any other: a circle a reader follows is one
-    (``TYPE_ONLY_CIRCLES_LEFT`` aside, while it stays type-only)."""
-    running = set(_cycles(graph, typed=False))
-    return [
-        cycle
-        for cycle in _cycles(graph, typed=True)
-        if cycle not in TYPE_ONLY_CIRCLES_LEFT or cycle in running
-    ]
+    ``TYPE_CHECKING`` import counted as any other: a circle a reader follows is one."""
+    return _cycles(graph, typed=True)
 
 
 def _cycles(graph: dict[str, Module], typed: bool) -> list[str]:
@@ -349,6 +337,43 @@ def _code_strings(path: Path) -> set[str]:
     }
 
 
+# The command line's, the pipeline's and the Argo client's modules, and the local runner's,
+# are different jobs: a module named like another job's (``run_here`` beside
+# ``flows/local/run.py``, ``tracking_step`` beside ``steps/tracking.py``) sends a reader to
+# the wrong file. ``flows/errors.py`` holds the command line's errors; the local runner's
+# own are ``flows/local/errors.py`` (issue 40), the one pair of one name.
+TWIN_NAMES_ALLOWED = frozenset({("flows.errors", "flows.local.errors")})
+
+
+def _job(name: str) -> str:
+    """The job a module of ``flows/`` does: its package under ``flows`` (``flows.local``,
+    ``flows.cli``, ...), or ``flows`` for the modules at its top (cifar.py, errors.py);
+    ``steps`` for steps/'s single-module commands."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "flows" and len(parts) > 2 else parts[0]
+
+
+def no_twin_module_names(graph: dict[str, Module]) -> list[str]:
+    """No module of ``flows/`` is named as a module of another job, or as one with a
+    suffix (``run`` and ``run_here``): not another flows package's, not steps/'s
+    single-module commands' (``steps.tracking``); ``TWIN_NAMES_ALLOWED`` aside."""
+    named = sorted(
+        name
+        for name, module in graph.items()
+        if module.path.name not in ("__init__.py", "__main__.py")
+        and (top(name) == "flows" or (top(name) == "steps" and step_of(name) in STEP_MODULES))
+    )
+    problems = []
+    for i, first in enumerate(named):
+        for second in named[i + 1 :]:
+            if _job(first) == _job(second) or (first, second) in TWIN_NAMES_ALLOWED:
+                continue
+            a, b = first.rsplit(".", 1)[1], second.rsplit(".", 1)[1]
+            if a == b or a.startswith(f"{b}_") or b.startswith(f"{a}_"):
+                problems.append(f"{first} and {second}: twin names")
+    return problems
+
+
 RULES = (
     step_imports_only_common_and_itself,
     common_imports_no_step_or_flow,
@@ -359,4 +384,5 @@ RULES = (
     only_benchmarks_use_the_test_servers,
     gpu_benchmark_imports_what_a_bare_gpu_machine_has,
     documents_read_through_their_contract,
+    no_twin_module_names,
 )

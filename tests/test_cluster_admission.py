@@ -23,7 +23,7 @@ import yaml
 
 from flows import cifar
 from flows.manifests import inferenceservice as isvc
-from flows.manifests.pod import config_args
+from flows.manifests.shared_pod import config_args
 from steps.common.config import PipelineConfig, load_config
 from tests import admission_policies as ap
 from tests.admission_policies import PIPELINE, Variables, evaluate, params_of, referred

@@ -22,7 +22,7 @@ from hera.workflows import WorkflowTemplate
 
 from flows import cifar
 from flows.manifests import inferenceservice as isvc
-from flows.manifests.pod import config_args, pod_env, predictor_env
+from flows.manifests.shared_pod import config_args, pod_env, predictor_env
 from flows.pipeline.serving_templates import serving_templates
 from steps.common.config import PipelineConfig, load_config
 from tests import cluster_build as cb
@@ -397,7 +397,7 @@ def test_upstream_facts_hold_in_vendored_manifests() -> None:
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_serving_pods_name_only_hand_made_secrets(name: str) -> None:
     """The cifar-serve pods (the InferenceService's predictor) reference the predictor's own
-    Secrets (flows.manifests.pod.predictor_env), in the namespace the service lives in, and
+    Secrets (flows.manifests.shared_pod.predictor_env), in the namespace the service lives in, and
     none of the steps' (pod_env): the pod that serves the world holds no key that writes."""
     cfg = config(name)
     service = isvc.build_inferenceservice(cfg, model_uri="models:/m/1", labels={})

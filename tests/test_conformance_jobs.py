@@ -42,7 +42,7 @@ from flows.cli import main as cli
 from flows.local.expr.evaluate import environment, evaluate, render
 from flows.manifests import trainjob
 from flows.manifests.names import labels
-from flows.manifests.pod import config_args
+from flows.manifests.shared_pod import config_args
 from flows.pipeline.serving_templates import serving_templates
 from flows.pipeline.train_templates import delete_when
 from steps.common.config import load_config

@@ -19,9 +19,9 @@ import yaml
 from flows import cifar
 from flows.cifar import ROLLBACK_DEPENDS, build_cron_workflow, build_submission, build_template
 from flows.cli import main as cli
+from flows.errors import FlowError
 from flows.local.expr.evaluate import environment, evaluate, render
-from flows.manifests.names import FlowError
-from flows.manifests.pod import config_args
+from flows.manifests.shared_pod import config_args
 from flows.pipeline.parameters import PARAMETERS, as_overrides, defaults
 from flows.pipeline.train_templates import delete_when
 from steps.common.config import ConfigError, PipelineConfig, load_config

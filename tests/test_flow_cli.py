@@ -15,7 +15,8 @@ import yaml
 from flows import cifar
 from flows.cli import main as cli
 from flows.cli import serve
-from flows.manifests.names import APP, FlowError
+from flows.errors import FlowError
+from flows.manifests.names import APP
 from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 

@@ -12,7 +12,7 @@ import mlflow
 import pytest
 
 from flows.cifar import build_template
-from flows.pipeline.tracking_templates import PICTURES
+from flows.pipeline.mlflow_templates import PICTURES
 from steps import tracking
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from flows import cifar
-from flows.argo.server import resolve_config
+from flows.argo.connection import resolve_config
 from flows.cli import main as cli
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT

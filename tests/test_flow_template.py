@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from flows.cifar import build_template
-from flows.manifests.pod import config_args
+from flows.manifests.shared_pod import config_args
 from flows.pipeline.train_templates import ARGO_WORKFLOW_LABEL
 from steps.common.config import load_config
 from tests.flow_helpers import (

@@ -20,7 +20,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.names import dns1035
-from flows.manifests.pod import config_args
+from flows.manifests.shared_pod import config_args
 from flows.pipeline import serving_templates as serving
 from flows.pipeline.serving_templates import FAILURE, SUCCESS, serving_templates
 from steps.common.config import PipelineConfig, load_config

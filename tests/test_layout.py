@@ -77,6 +77,23 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
         },
         "flows.cifar <-> flows.cli",
     ),
+    # a circle through a type checker's import: a reader follows it all the same
+    "import_cycles (type-only)": (
+        {
+            "flows/cli/main.py": "from typing import TYPE_CHECKING\n\n"
+            "if TYPE_CHECKING:\n    from flows.cli.here import Here\n",
+            "flows/cli/here.py": "from flows.cli.main import main\n",
+        },
+        "flows.cli.here <-> flows.cli.main",
+    ),
+    "no_twin_module_names": (
+        {"flows/cli/run_here.py": "", "flows/local/run.py": ""},
+        "flows.cli.run_here and flows.local.run: twin names",
+    ),
+    "no_twin_module_names (a step's command)": (
+        {"flows/pipeline/tracking_step.py": "", "steps/tracking.py": ""},
+        "flows.pipeline.tracking_step and steps.tracking: twin names",
+    ),
     "only_benchmarks_use_the_test_servers": (
         {
             "benchmarks/serving.py": "from tests.test_serve import serving\n",
@@ -207,39 +224,46 @@ def test_the_architecture_layout_shows_every_module() -> None:
 
 
 def diagram_lines(text: str) -> dict[str, set[str]]:
-    """docs/architecture.md's import diagram: each ``flows/<module>.py --> a, b, local/``
-    line as {module: the flows modules and packages it names}."""
+    """docs/architecture.md's import diagram: each ``flows/<module>.py --> a, b/`` or
+    ``flows/<package>/ --> a, b/`` line as {module or package: the flows modules and
+    packages it names} (``steps/...`` and a parenthesis's words aside)."""
     block = text.split("## Who may import whom", 1)[1].split("```", 2)[1]
     lines = {}
     for line in block.splitlines():
-        match = re.fullmatch(r"flows/(\w+)\.py\s+-->\s+(.*)", line.strip())
+        match = re.fullmatch(r"flows/(\w+)(?:\.py|/)\s+-->\s+(.*)", line.strip())
         if match:
             names = [n.strip().rstrip("/") for n in match.group(2).split("(")[0].split(",")]
-            lines[f"flows.{match.group(1)}"] = {f"flows.{n}" for n in names if n}
+            lines[f"flows.{match.group(1)}"] = {
+                f"flows.{n}" for n in names if n and not n.startswith("steps")
+            }
     return lines
 
 
-def flows_imports(module: str) -> set[str]:
-    """What a flows module imports of flows, a subpackage counted as one (flows.manifests)."""
+def flows_unit(name: str) -> str:
+    """The diagram's unit of a flows module: ``flows.<module>`` at the top, else its
+    package under ``flows`` (``flows.cli.main`` -> ``flows.cli``)."""
+    return ".".join(name.split(".")[:2])
+
+
+def flows_imports(unit: str) -> set[str]:
+    """What a flows module or package imports of flows (type-only imports too), each
+    package counted as one (flows.manifests)."""
     found = set()
-    for name in GRAPH[module].imports:
-        parts = name.split(".")
-        if parts[0] == "flows" and len(parts) > 1:
-            found.add(".".join(parts[:2]))
-    return found - {module}
+    for name, module in GRAPH.items():
+        if name.startswith("flows.") and flows_unit(name) == unit:
+            for target in module.imports | module.type_imports:
+                if target.startswith("flows."):
+                    found.add(flows_unit(target))
+    return found - {unit}
 
 
 def test_the_architecture_import_diagram_is_the_code() -> None:
+    """Each of flows/'s modules at its top and each of its packages has its line, naming
+    what it imports of flows; of steps/, flows/ reads only the config and the version."""
     lines = diagram_lines((REPO_ROOT / "docs" / "architecture.md").read_text())
-    modules = {
-        name
-        for name in GRAPH
-        if name.count(".") == 1
-        and name.startswith("flows.")
-        and name not in ("flows.local", "flows.manifests")
-    }
-    assert lines.keys() == modules, "a flows module without its line, or a line without its module"
-    assert {m: flows_imports(m) for m in sorted(modules)} == {m: lines[m] for m in sorted(modules)}
+    units = {flows_unit(name) for name in GRAPH if name.startswith("flows.")}
+    assert lines.keys() == units, "a flows module without its line, or a line without its module"
+    assert {u: flows_imports(u) for u in sorted(units)} == {u: lines[u] for u in sorted(units)}
     steps = {
         (name.split(".")[1] if name.startswith("flows.") else name, target)
         for name, module in GRAPH.items()
@@ -250,16 +274,13 @@ def test_the_architecture_import_diagram_is_the_code() -> None:
     }
     assert {target for _, target in steps} <= {"steps.common.config", "steps.common.version"}
     # the git revision a run records: the command line's --render/--submit and its local run
-    assert {name for name, target in steps if target == "steps.common.version"} <= {
-        "cli",
-        "local_run",
-    }
+    assert {name for name, target in steps if target == "steps.common.version"} <= {"cli"}
 
 
 def dag_builders(root: Path) -> list[str]:
     """The flows modules that import Hera's DAG, Task or Steps: where DAGs are built."""
     found = []
-    for path in sorted([*root.glob("flows/*.py"), *root.glob("flows/manifests/*.py")]):
+    for path in sorted(root.glob("flows/**/*.py")):
         tree = ast.parse(path.read_text())
         imported = {
             alias.name
@@ -292,6 +313,39 @@ def test_the_whole_dag_is_built_in_the_pipeline_definition() -> None:
 def test_a_class_name_means_one_thing_in_flows() -> None:
     """Issue 32: two different NamedTuples were both called ServingTemplates."""
     assert twice_defined_classes(REPO_ROOT) == []
+
+
+def errors_outside_their_module(root: Path) -> list[str]:
+    """Exception classes that flows/ defines outside flows/errors.py: the errors of the
+    command line, the pipeline's definition and the Argo client live in one module (issue
+    40); the local runner (flows/local/) keeps its own."""
+    found = []
+    for path in sorted(root.glob("flows/**/*.py")):
+        relative = path.relative_to(root)
+        if relative == Path("flows/errors.py") or relative.parts[:2] == ("flows", "local"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            bases = {ast.unparse(b) for b in getattr(node, "bases", [])}
+            if isinstance(node, ast.ClassDef) and any(
+                b.endswith(("Error", "Exception")) for b in bases
+            ):
+                found.append(f"{relative}: {node.name}")
+    return found
+
+
+def test_the_flows_errors_live_in_one_module(tmp_path: Path) -> None:
+    assert errors_outside_their_module(REPO_ROOT) == []
+    assert {"FlowError", "UsageError", "SubmitError"} <= {
+        node.name
+        for node in ast.parse((REPO_ROOT / "flows" / "errors.py").read_text()).body
+        if isinstance(node, ast.ClassDef)
+    }
+    # broken: SubmitError back beside the Argo client
+    (tmp_path / "flows" / "argo").mkdir(parents=True)
+    (tmp_path / "flows" / "argo" / "connection.py").write_text(
+        "class SubmitError(RuntimeError):\n    pass\n"
+    )
+    assert errors_outside_their_module(tmp_path) == ["flows/argo/connection.py: SubmitError"]
 
 
 def test_every_module_stays_near_300_lines() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from flows import cifar
 from flows.cli import main as cli
-from flows.cli.run_here import refreshed_tasks
+from flows.cli.here import refreshed_tasks
 from flows.local.pods.outputs import json_path
 from tests.conftest import REPO_ROOT
 from tests.local_examples import run, sh, states

@@ -33,14 +33,14 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from flows.cifar import build_submission, build_template
-from flows.cli.run_here import localize
+from flows.cli.here import localize
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler
 from flows.local.pods.services import service_process
 from flows.local.signals import STOP_MESSAGE, RunStopped
 from flows.local.status import RunResult
 from flows.local.workflow import LocalRunner
 from flows.manifests.inferenceservice import build_inferenceservice
-from flows.manifests.pod import config_args
+from flows.manifests.shared_pod import config_args
 from steps.common.config import load_config
 from steps.common.serving.client import ServingClient, ServingError
 from tests.conftest import REPO_ROOT, S3Bucket

@@ -11,7 +11,7 @@ import pytest
 from flows import cifar
 from flows.cifar import build_template
 from flows.cli import main as cli
-from flows.manifests.names import FlowError
+from flows.errors import FlowError
 from flows.pipeline import parameters
 from flows.pipeline.parameters import step_settings
 from steps.common.config import load_config

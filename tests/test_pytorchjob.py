@@ -14,9 +14,10 @@ import pytest
 from kubeflow.training import models as kf
 
 from flows.cifar import build_template
+from flows.errors import FlowError
 from flows.manifests import pytorchjob
-from flows.manifests.names import FlowError, dns1035
-from flows.manifests.pod import EnvSpec
+from flows.manifests.names import dns1035
+from flows.manifests.shared_pod import EnvSpec
 from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT
 from tests.flow_helpers import CONFIGS, VALIDATOR, check_golden, job_of, run_of

@@ -18,8 +18,8 @@ import pytest
 
 from flows.cifar import build_template
 from flows.local.expr.evaluate import environment, evaluate
-from flows.pipeline.container_template import retry_expression
 from flows.pipeline.serving_templates import CHECK_FINAL_EXITS
+from flows.pipeline.step_template import retry_expression
 from steps.common.config import load_config
 from tests.conftest import REPO_ROOT
 from tests.flow_helpers import CONFIGS, templates

@@ -18,7 +18,7 @@ from flows.cifar import build_template
 from flows.cli import main as cli
 from flows.manifests import trainjob
 from flows.manifests.names import labels
-from flows.manifests.pod import EnvSpec
+from flows.manifests.shared_pod import EnvSpec
 from flows.pipeline.train_templates import ARGO_WORKFLOW_LABEL
 from steps.common.config import ConfigError, load_config
 from tests.conftest import REPO_ROOT

@@ -22,11 +22,11 @@ from typing import Any
 from hera.exceptions import HeraException, NotFound
 from hera.workflows import Workflow, WorkflowTemplate
 
-from flows.argo.server import ArgoTarget, SubmitError, explain, service
+from flows.argo.connection import ArgoTarget, explain, service
+from flows.errors import SubmitError, UsageError
 from flows.local.errors import ExpressionError, UnsupportedFeature
 from flows.local.substitution import substitute
 from flows.pipeline.memo_keys import STEPS, split_key
-from flows.usage import UsageError
 
 FAILED = ("Failed", "Error")
 # which upstream output each input a key holds is (flows/cifar.py's wiring)

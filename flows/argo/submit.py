@@ -1,6 +1,6 @@
 """Send the pipeline to an Argo server with Hera's WorkflowsService; follow it; schedule it.
 
-Where the server is and how its answers are explained: ``flows.argo.server``. A template or
+Where the server is and how its answers are explained: ``flows.argo.connection``. A template or
 CronWorkflow that exists is updated (re-read and retried once when another client changed
 it in between); a followed workflow's MLflow run link is printed when its step publishes it.
 """
@@ -22,7 +22,8 @@ from hera.workflows.models import (
     WorkflowTemplateUpdateRequest,
 )
 
-from flows.argo.server import ArgoTarget, SubmitError, call, explain, service
+from flows.argo.connection import ArgoTarget, call, explain, service
+from flows.errors import SubmitError
 from flows.manifests.names import argo_ui, mlflow_ui, workflow_url
 from steps.common.config import PipelineConfig
 

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import yaml
 
-from flows.argo import resubmit, server, submit
+from flows.argo import connection, resubmit, submit
 from flows.cli.builders import Pipeline
-from flows.cli.run_here import run_here
+from flows.cli.here import run_here
 from flows.cli.serve import serve
+from flows.errors import FlowError, SubmitError, UsageError
 from flows.local.review import VERBS as REVIEW_VERBS
 from flows.manifests import trainjob
-from flows.manifests.names import FlowError, labels
+from flows.manifests.names import labels
 from flows.pipeline import parameters
 from flows.pipeline.memo_keys import STEPS
-from flows.usage import UsageError
 from steps.common.config import ConfigError, PipelineConfig, load_config, with_overrides
 from steps.common.version import git_revision
 
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace, pipeline: Pipeline) -> int:
     values = parameters.parse(args.parameters)
     # -p values are checked as the config fields they stand for; the template keeps the
     # config's values as defaults, the run gets the given ones
-    base = server.resolve_config(load_config(args.config, args.overrides), os.environ)
+    base = connection.resolve_config(load_config(args.config, args.overrides), os.environ)
     given = with_overrides(base, parameters.as_overrides(values), args.config)
     given.processes_per_node()  # the run's processes must fit its GPUs, whatever the template's
     if args.render_runtime:
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace, pipeline: Pipeline) -> int:
     if args.render:
         sys.stdout.write(pipeline.render(template, workflow))
         return 0
-    target = server.preflight(given, os.environ)
+    target = connection.preflight(given, os.environ)
     submit.apply_template(template, target)
     if args.cron:
         return submit.submit_cron(workflow, base, target)  # type: ignore[arg-type]
@@ -168,7 +168,7 @@ def resubmit_run(
     """``--resubmit WORKFLOW [--dry-run] [--wait]``: the failed run's plan, then (unless
     ``--dry-run``) the current template applied and a run of it submitted
     (flows/argo/resubmit.py)."""
-    target = server.preflight(cfg, os.environ)
+    target = connection.preflight(cfg, os.environ)
     return resubmit.resubmit(
         pipeline.build_template(cfg, git_revision=revision),
         lambda values: pipeline.build_submission(cfg, values, git_revision=revision),
@@ -198,7 +198,7 @@ def main(argv: list[str], pipeline: Pipeline) -> int:
             f"cifar: error: {parameters.in_user_terms(str(exc), args.parameters)}", file=sys.stderr
         )
         return 2
-    except server.SubmitError as exc:
+    except SubmitError as exc:
         if args.debug:
             raise
         print(exc, file=sys.stderr)

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from flows.cli.hints import program, shown
-from flows.manifests.names import FlowError
+from flows.errors import FlowError
 from steps.common.config import REPO_ROOT, PipelineConfig
 
 CONNECT_TIMEOUT_S = 3.0

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from flows.cli import hints
-from flows.cli.run_here import localize
-from flows.usage import UsageError
+from flows.cli.here import localize
+from flows.errors import UsageError
 from steps.common.config import REPO_ROOT, ConfigError, PipelineConfig, load_config
 
 

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 from hera.workflows import Container
 
-from flows.manifests.pod import OUTPUTS_DIR
-from flows.pipeline.container_template import container_step, file_output, report_artifact
+from flows.manifests.shared_pod import OUTPUTS_DIR
 from flows.pipeline.memo_keys import max_age_input, memoize
 from flows.pipeline.parameters import input_ref
 from flows.pipeline.reuse_templates import given, ran_here
+from flows.pipeline.step_template import container_step, file_output, report_artifact
 from steps.common.config import PipelineConfig
 
 MODEL_ARGS = ["--model", input_ref("model-uri")]

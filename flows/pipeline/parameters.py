@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flows.manifests.names import FlowError
-from flows.manifests.pod import STEP_SECTIONS, config_args, render_value
+from flows.errors import FlowError
+from flows.manifests.shared_pod import STEP_SECTIONS, config_args, render_value
 from steps.common.config import PipelineConfig
 
 

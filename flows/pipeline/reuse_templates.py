@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from hera.workflows import Container, Parameter
 from hera.workflows import models as m
 
-from flows.manifests.pod import OUTPUTS_DIR
-from flows.pipeline.container_template import container_step
+from flows.manifests.shared_pod import OUTPUTS_DIR
 from flows.pipeline.parameters import input_ref
+from flows.pipeline.step_template import container_step
 from steps.common.config import PipelineConfig
 
 CHECK = "reuse-check"

@@ -80,9 +80,9 @@ from hera.workflows import models as m
 
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.names import APP
-from flows.manifests.pod import OUTPUTS_DIR
-from flows.pipeline.container_template import container_step, file_output
+from flows.manifests.shared_pod import OUTPUTS_DIR
 from flows.pipeline.parameters import input_ref
+from flows.pipeline.step_template import container_step, file_output
 from steps.common.config import PipelineConfig
 
 MANIFEST_PATH = "/tmp/manifest.yaml"

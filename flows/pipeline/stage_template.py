@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from hera.workflows import Container
 
-from flows.manifests.pod import OUTPUTS_DIR
-from flows.pipeline.container_template import container_step, file_output
+from flows.manifests.shared_pod import OUTPUTS_DIR
 from flows.pipeline.memo_keys import max_age_input, memoize
 from flows.pipeline.reuse_templates import ran_here
+from flows.pipeline.step_template import container_step, file_output
 from steps.common.config import PipelineConfig
 
 

@@ -18,7 +18,7 @@ from hera.workflows import models as m
 
 from flows.manifests import pytorchjob, trainjob
 from flows.manifests.names import APP, labels
-from flows.manifests.pod import pod_env
+from flows.manifests.shared_pod import pod_env
 from flows.pipeline import parameters
 from flows.pipeline.memo_keys import max_age_input, memoize
 from flows.pipeline.parameters import input_ref

@@ -9,7 +9,7 @@ from typing import Any
 from hera.workflows import models as m
 
 from flows.manifests.names import annotations, labels
-from flows.manifests.pod import DATA_VOLUME, ISTIO_INJECT, pod_security
+from flows.manifests.shared_pod import DATA_VOLUME, ISTIO_INJECT, pod_security
 from steps.common.config import PipelineConfig
 
 

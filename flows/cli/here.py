@@ -16,8 +16,8 @@ from pathlib import Path
 
 from flows.cli import hints, reachable
 from flows.cli.builders import Pipeline
+from flows.errors import UsageError
 from flows.pipeline.train_templates import MULTINODE
-from flows.usage import UsageError
 from steps.common.config import PipelineConfig
 from steps.common.version import git_revision
 
@@ -82,7 +82,7 @@ def run_here(
 
 def refreshed_tasks(steps: list[str]) -> list[str]:
     """The DAG's tasks of the steps ``--refresh`` names (train: either training template's);
-    what depends on them follows (flows.local.memo.with_dependents)."""
+    what depends on them follows (flows.local.memo_cache.with_dependents)."""
     tasks = {"train": ["train", MULTINODE]}
     return [task for step in steps for task in tasks.get(step, [step])]
 

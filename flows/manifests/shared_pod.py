@@ -18,7 +18,7 @@ from typing import Any
 from hera.workflows import models as m
 from kubernetes import client as k8s
 
-from flows.manifests.names import FlowError
+from flows.errors import FlowError
 from steps.common.config import ConfigError, PipelineConfig, load_config
 
 OUTPUTS_DIR = "/tmp/outputs"  # where the steps write their output parameters

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from hera.workflows import Container
 
 from flows.manifests.names import APP
-from flows.manifests.pod import OUTPUTS_DIR
-from flows.pipeline.container_template import container_step, file_output, report_artifact
+from flows.manifests.shared_pod import OUTPUTS_DIR
+from flows.pipeline.step_template import container_step, file_output, report_artifact
 from steps.common.config import PipelineConfig
 
 RUN_ID_GLOBAL = "mlflow-run-id"

@@ -25,7 +25,7 @@ from hera.workflows import Artifact, Container, NoneArchiveStrategy, Parameter, 
 from hera.workflows import models as m
 
 from flows.manifests.names import APP
-from flows.manifests.pod import DATA_VOLUME, OUTPUTS_DIR, container_security, pod_env
+from flows.manifests.shared_pod import DATA_VOLUME, OUTPUTS_DIR, container_security, pod_env
 from steps.common.config import PipelineConfig
 
 # A step's exit 2 is a user error (steps/common/step_cli.py): the same parameters fail the

@@ -20,15 +20,11 @@ from hera.exceptions import HeraException
 from hera.workflows import WorkflowsService
 from pydantic import ValidationError
 
-from flows.manifests.names import FlowError
+from flows.errors import FlowError, SubmitError
 from steps.common.config import ClusterConfig, ConfigError, PipelineConfig, TrackingConfig
 
 REQUEST_TIMEOUT_S = 30
 PORT_FORWARD = "kubectl -n argo port-forward svc/argo-server 2746:2746"
-
-
-class SubmitError(RuntimeError):
-    """The Argo server refused or could not be reached; the message is one line."""
 
 
 @dataclass(frozen=True)

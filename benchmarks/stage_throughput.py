@@ -30,7 +30,7 @@ from steps.common.config import load_config  # noqa: E402
 from steps.common.dataset import write_arrays  # noqa: E402
 from steps.stage_data.cifar import synthetic_splits  # noqa: E402
 from steps.stage_data.stage import parse_source, stage_dataset  # noqa: E402
-from tests.servers import SeaweedFS  # noqa: E402
+from tests.helpers.servers import SeaweedFS  # noqa: E402
 
 MB = 1024 * 1024
 

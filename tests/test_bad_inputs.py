@@ -24,8 +24,8 @@ import torch
 from PIL import Image
 
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
-from tests.conftest import REPO_ROOT
-from tests.contract_samples import BENCHMARK
+from tests.helpers.contract_samples import BENCHMARK
+from tests.helpers.paths import REPO_ROOT
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 

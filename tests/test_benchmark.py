@@ -27,8 +27,7 @@ from steps.common.contracts import TRACKING_OFF, Challenger, Champion, Decision,
 from steps.common.models import build_model
 from steps.common.trained_model import InputError
 from steps.optimize import step as optimize
-from tests.conftest import REPO_ROOT
-from tests.model_bundle import (
+from tests.helpers.model_bundle import (
     CPU_VARIANTS,
     FAST,
     PORTABLE_VARIANTS,
@@ -38,6 +37,7 @@ from tests.model_bundle import (
     optimize_args,
     save_model,
 )
+from tests.helpers.paths import REPO_ROOT
 
 VARIANTS = ["eager", *CPU_VARIANTS, *PORTABLE_VARIANTS]
 BATCHES = [1, 4, 16]

@@ -1,7 +1,7 @@
 """The install's ValidatingAdmissionPolicy on what the workflow's account creates
 (configs/cluster/pipeline/admission-policy.yaml, issue 38 item 5) evaluated with a
 maintained CEL implementation, cel-python (``celpy``), as the API server evaluates it
-(tests/admission_policies.py: the matchConditions, then every validation, ``variables`` as
+(tests/helpers/admission_policies.py: the matchConditions, then every validation, ``variables`` as
 "Variable composition" defines them).
 
 Every rendered job and InferenceService of every config (and its RDMA and host-network
@@ -25,10 +25,10 @@ from flows import cifar
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.shared_pod import config_args
 from steps.common.config import PipelineConfig, load_config
-from tests import admission_policies as ap
-from tests.admission_policies import PIPELINE, Variables, evaluate, params_of, referred
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import job_of
+from tests.helpers import admission_policies as ap
+from tests.helpers.admission_policies import PIPELINE, Variables, evaluate, params_of, referred
+from tests.helpers.flow_helpers import job_of
+from tests.helpers.paths import REPO_ROOT
 
 ACCOUNT = "system:serviceaccount:argo:cifar-pipeline"  # pipeline/rbac.yaml, in argo
 VARIANTS = [

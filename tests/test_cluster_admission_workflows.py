@@ -1,8 +1,8 @@
 """What may run in the pipeline's namespace (issue 38): the install's ValidatingAdmissionPolicy
 on Workflows, WorkflowTemplates and CronWorkflows (configs/cluster/pipeline/
 admission-policy-workflows.yaml), evaluated with cel-python as the API server evaluates it
-(tests/admission_policies.py), together with the workflow controller's templateReferencing:
-Strict (evaluated as Argo v4.0.5 applies it, tests/argo_restrictions.py).
+(tests/helpers/admission_policies.py), together with the workflow controller's templateReferencing:
+Strict (evaluated as Argo v4.0.5 applies it, tests/helpers/argo_restrictions.py).
 
 Every WorkflowTemplate, Workflow and CronWorkflow the pipeline renders (every config, both
 launchers, the RDMA, host-network and PVC variants) is admitted with its config's
@@ -25,12 +25,12 @@ import yaml
 
 from flows import cifar
 from steps.common.config import PipelineConfig, load_config
-from tests import admission_policies as ap
-from tests import argo_restrictions as argo
-from tests import cluster_build as cb
-from tests.admission_policies import params_of, referred
-from tests.conftest import REPO_ROOT
-from tests.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers import admission_policies as ap
+from tests.helpers import argo_restrictions as argo
+from tests.helpers import cluster_build as cb
+from tests.helpers.admission_policies import params_of, referred
+from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers.paths import REPO_ROOT
 
 NAMESPACE = "argo"
 SUBMITTER = "system:serviceaccount:argo:cifar-pipeline-submitter"  # submitter-rbac.yaml

@@ -19,10 +19,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests import cluster_build
-from tests import cluster_install_steps as steps
-from tests.cluster_build import BUILT_LAYERS as BUILT
-from tests.cluster_build import (
+from tests.helpers import cluster_build
+from tests.helpers import cluster_install_steps as steps
+from tests.helpers.cluster_build import BUILT_LAYERS as BUILT
+from tests.helpers.cluster_build import (
     CLUSTER,
     K8S_VERSION,
     POPULATE,
@@ -32,13 +32,14 @@ from tests.cluster_build import (
     vendor,
     walk,
 )
-from tests.cluster_install_steps import (
+from tests.helpers.cluster_install_steps import (
     CLUSTER_DOC,
     cluster_commands,
     cluster_steps,
+    e2e_commands,
     quick_start_commands,
 )
-from tests.conftest import REPO_ROOT, SHARED
+from tests.helpers.paths import REPO_ROOT, SHARED
 
 LATEST = re.compile(r"[\w.-]+/[\w./-]+:latest\b")
 # cert-manager installs from its release's manifest, which vendor.py renders from the
@@ -474,23 +475,6 @@ def test_volcano_schedules_with_the_actions_the_scheduling_layer_promises(builds
 
 
 LAYER_PATHS = {f"configs/cluster/{path}/".replace("/./", "/"): name for name, path in BUILT.items()}
-E2E = REPO_ROOT / ".github" / "workflows" / "e2e.yml"
-
-
-def e2e_commands(launcher: str) -> list[str]:
-    """The shell lines of e2e.yml's job for one matrix launcher, in order: a step whose
-    ``if`` names another launcher is left out, continuation lines joined."""
-    workflow = yaml.safe_load(E2E.read_text())
-    commands = []
-    for step in workflow["jobs"]["kind"]["steps"]:
-        condition = step.get("if", "")
-        if "run" not in step or ("matrix.launcher ==" in condition and launcher not in condition):
-            continue
-        for line in step["run"].replace("\\\n", " ").splitlines():
-            line = line.strip().replace('"$LAUNCHER"', launcher).replace("$LAUNCHER", launcher)
-            if line and not line.startswith("#"):
-                commands.append(line)
-    return commands
 
 
 def crd_universe(builds: dict) -> dict[tuple[str, str], dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The install's NetworkPolicies (issue 38 item 3), evaluated as the Kubernetes API defines
-them (tests/k8s_netpol.py) over every namespace the built install creates and every pod a
-rendered workflow starts (tests/cluster_pods.py): default deny everywhere, every
+them (tests/helpers/k8s_netpol.py) over every namespace the built install creates and every pod a
+rendered workflow starts (tests/helpers/cluster_pods.py): default deny everywhere, every
 connection the pipeline makes allowed, and every pod of another namespace refused at every
 SeaweedFS and MLflow port and at the training ranks' rendezvous port. The evaluator itself
 is tested on the examples of kubernetes/website content/en/docs/concepts/
@@ -26,11 +26,11 @@ import pytest
 import yaml
 
 from steps.common.config import PipelineConfig, load_config
-from tests import cluster_build
-from tests.cluster_build import POPULATE, SHARED_VENDOR, VENDOR
-from tests.cluster_pods import workflow_pods
-from tests.conftest import REPO_ROOT
-from tests.k8s_netpol import Cluster, Pod
+from tests.helpers import cluster_build
+from tests.helpers.cluster_build import POPULATE, SHARED_VENDOR, VENDOR
+from tests.helpers.cluster_pods import workflow_pods
+from tests.helpers.k8s_netpol import Cluster, Pod
+from tests.helpers.paths import REPO_ROOT
 
 API_SERVER = "172.18.0.3"  # a control-plane node's address: no pod
 WEB = "151.101.1.1"  # an address on the internet

@@ -22,9 +22,9 @@ import pytest
 
 from flows import cifar
 from steps.common.config import PipelineConfig, load_config
-from tests import cluster_build as cb
-from tests.conftest import REPO_ROOT
-from tests.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers import cluster_build as cb
+from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers.paths import REPO_ROOT
 
 CONFIGS = ["local", "smoke", "cluster", "kind"]
 CASES = [(name, launcher) for name in CONFIGS for launcher in ("pytorchjob", "trainjob")]

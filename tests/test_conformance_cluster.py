@@ -1,10 +1,10 @@
 """configs/cluster against what the pipeline does on a cluster: every account has the verbs
-its component uses (computed from the built RBAC with tests.k8s_rbac), the argo-server is
+its component uses (computed from the built RBAC with tests.helpers.k8s_rbac), the argo-server is
 reachable from no pod, and every object a rendered workflow or job names exists in the
 build or is one docs/cluster.md has the user create (``optional`` where it says so).
 
 Offline: the repository's layers are built with ``kubectl kustomize`` and the upstream facts
-are the cited constants of tests.cluster_build; the last test checks those constants against
+are the cited constants of tests.helpers.cluster_build; the last test checks those constants against
 the vendored upstream manifests whenever a checkout has them.
 """
 
@@ -25,11 +25,11 @@ from flows.manifests import inferenceservice as isvc
 from flows.manifests.shared_pod import config_args, pod_env, predictor_env
 from flows.pipeline.serving_templates import serving_templates
 from steps.common.config import PipelineConfig, load_config
-from tests import cluster_build as cb
-from tests.cluster_install_steps import cluster_commands, rendered_runtime
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import run_of
-from tests.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers import cluster_build as cb
+from tests.helpers.cluster_install_steps import cluster_commands, rendered_runtime
+from tests.helpers.flow_helpers import run_of
+from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers.paths import REPO_ROOT
 
 CONFIGS = ["local", "smoke", "cluster", "kind"]
 LAUNCHERS = ["pytorchjob", "trainjob"]
@@ -217,7 +217,7 @@ def _owner_requests(
     manifest: dict[str, Any] | None, group: str, plural: str
 ) -> set[tuple[str, str, str]]:
     """What OwnerReferencesPermissionEnforcement asks of whoever creates ``manifest``
-    (tests.cluster_build.OWNED_VERB and OWNER_FINALIZERS_VERB)."""
+    (tests.helpers.cluster_build.OWNED_VERB and OWNER_FINALIZERS_VERB)."""
     owners = ((manifest or {}).get("metadata") or {}).get("ownerReferences") or []
     wanted = {(group, plural, cb.OWNED_VERB)} if owners else set()
     for owner in owners:

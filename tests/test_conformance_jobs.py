@@ -3,7 +3,7 @@
 For every config in configs/ and both launchers, the WorkflowTemplate is rendered (each
 manifest a ``manifestFrom`` raw artifact, filled with the parameters' defaults as Argo
 fills it, a multi-node job with ``nodes=2``), and each resource template's
-conditions are evaluated as Argo v4.0.5 evaluates them (tests/argo_conditions.py) against
+conditions are evaluated as Argo v4.0.5 evaluates them (tests/helpers/argo_conditions.py) against
 the statuses each operator gives a job under the job's own restartPolicy:
 
 - Training Operator v1.9.4 (PyTorchJob): conditions through ``pkg/util/status.go``
@@ -46,9 +46,15 @@ from flows.manifests.shared_pod import config_args
 from flows.pipeline.serving_templates import serving_templates
 from flows.pipeline.train_templates import delete_when
 from steps.common.config import load_config
-from tests import test_inferenceservice as ti
-from tests.argo_conditions import outcome, parse
-from tests.flow_helpers import CONFIGS, VALIDATOR, argo_substitute, parameter_values, templates
+from tests.helpers import isvc_rollout as ti
+from tests.helpers.argo_conditions import outcome, parse
+from tests.helpers.flow_helpers import (
+    CONFIGS,
+    VALIDATOR,
+    argo_substitute,
+    parameter_values,
+    templates,
+)
 
 LAUNCHERS = ("pytorchjob", "trainjob")
 WORKFLOW_OWNER = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow"}
@@ -256,7 +262,7 @@ def test_every_render_and_its_jobs_pass_the_crds(tmp_path: Path, capsys) -> None
     assert "job manifests from manifestFrom raw artifacts checked too" in done.stdout
 
 
-# --- the champion's InferenceService (KServe v0.19.0, tests/kserve_status.py) ---------------
+# --- the champion's InferenceService (KServe v0.19.0, tests/helpers/kserve_status.py) -----
 
 
 def applied_services(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:

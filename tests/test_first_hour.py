@@ -26,8 +26,8 @@ from flows.local.status import RunResult, TaskRecord, TaskState
 from flows.local.view import LiveView, print_summary
 from flows.local.workflow import LocalRunner
 from steps.common.config import load_config
-from tests.conftest import REPO_ROOT
-from tests.servers import free_port
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.servers import free_port
 
 CIFAR = REPO_ROOT / "flows" / "cifar.py"
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"

@@ -27,8 +27,7 @@ from flows.pipeline.train_templates import delete_when
 from steps.common.config import ConfigError, PipelineConfig, load_config
 from steps.common.config.loader import dump_config
 from steps.common.version import package_version
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import (
+from tests.helpers.flow_helpers import (
     CONFIGS,
     SECRETS,
     STEP_IMAGES,
@@ -43,6 +42,7 @@ from tests.flow_helpers import (
     run_of,
     templates,
 )
+from tests.helpers.paths import REPO_ROOT
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

@@ -18,7 +18,7 @@ from flows.cli import serve
 from flows.errors import FlowError
 from flows.manifests.names import APP
 from steps.common.config import ConfigError, load_config
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 
 def test_render_as_a_script_from_the_repo_root() -> None:

@@ -13,7 +13,7 @@ from flows.cifar import build_template
 from flows.manifests.shared_pod import config_args
 from flows.pipeline.train_templates import ARGO_WORKFLOW_LABEL
 from steps.common.config import load_config
-from tests.flow_helpers import (
+from tests.helpers.flow_helpers import (
     CONFIGS,
     argo_substitute,
     described_job,
@@ -24,7 +24,7 @@ from tests.flow_helpers import (
     train_tasks,
     when_holds,
 )
-from tests.job_checks import GPU, NPROC, comparable_job, config_of, webhook_problems
+from tests.helpers.job_checks import GPU, NPROC, comparable_job, config_of, webhook_problems
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
-from tests.import_graph import RULES, read_graph
+from tests.helpers.import_graph import RULES, read_graph
+from tests.helpers.paths import REPO_ROOT
 
 GRAPH = read_graph(REPO_ROOT)
 MODULES = sorted([*REPO_ROOT.glob("flows/**/*.py"), *REPO_ROOT.glob("steps/**/*.py")])
@@ -97,7 +97,7 @@ BROKEN = {  # a tiny tree per rule that breaks it, and the words the rule report
     "only_benchmarks_use_the_test_servers": (
         {
             "benchmarks/serving.py": "from tests.test_serve import serving\n",
-            "flows/cli/main.py": "from tests.servers import free_port\n",
+            "flows/cli/main.py": "from tests.helpers.servers import free_port\n",
         },
         "benchmarks.serving imports tests.test_serve",
     ),

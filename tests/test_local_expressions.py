@@ -23,7 +23,7 @@ from flows.local.errors import ExpressionError
 from flows.local.expr.evaluate import environment, evaluate, render
 from flows.local.substitution import substitute
 from flows.local.workflow import LocalRunner
-from tests.local_examples import EXAMPLES, states
+from tests.helpers.local_examples import EXAMPLES, states
 
 WEATHER = '{"weekWeather": "eyJ0ZW1wcyI6IFszNCwgMjcsIDE1LCA1NywgNDZdfQo="}'
 SCOPE = {

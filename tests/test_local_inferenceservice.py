@@ -24,7 +24,7 @@ from flows.local.errors import UnsupportedFeature
 from flows.local.pods.services import rewrite_args
 from flows.local.view import print_summary
 from flows.local.workflow import LocalRunner
-from tests.local_examples import run, states
+from tests.helpers.local_examples import run, states
 
 API = "serving.kserve.io/v1beta1"
 RESOURCE = "inferenceservices.serving.kserve.io"

@@ -17,7 +17,7 @@ from flows.local.errors import UnsupportedFeature
 from flows.local.nodes.loops import aggregate, item_scope, node_name, sequence
 from flows.local.status import TaskRecord, TaskState, file_name
 from flows.local.workflow import LocalRunner
-from tests.local_examples import example, run, states
+from tests.helpers.local_examples import example, run, states
 
 
 def sh(name: str, script: str, *inputs: str, **extra: Any) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from flows import cifar
 from flows.cli import main as cli
 from flows.cli.here import refreshed_tasks
 from flows.local.pods.outputs import json_path
-from tests.conftest import REPO_ROOT
-from tests.local_examples import run, sh, states
+from tests.helpers.local_examples import run, sh, states
+from tests.helpers.paths import REPO_ROOT
 
 MEMO = {"cache": {"configMap": {"name": "memo"}}}
 

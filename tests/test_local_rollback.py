@@ -13,7 +13,7 @@ cluster's InferenceService outlives the workflow that deployed it: the previous 
 server is up, as the runner starts it, before each run. The handler starts the new
 version's server late (``start_service``): never, or after a few seconds within
 ``serving.ready_timeout_s``. Every run uses the smoke config made smaller (one epoch, one
-optimize variant, one batch size, one check concurrency: tests/pipeline_runs.py's SMALL)."""
+optimize variant, one batch size, one check concurrency: tests/helpers/pipeline_runs.py's SMALL)."""
 
 from __future__ import annotations
 
@@ -43,9 +43,10 @@ from flows.manifests.inferenceservice import build_inferenceservice
 from flows.manifests.shared_pod import config_args
 from steps.common.config import load_config
 from steps.common.serving.client import ServingClient, ServingError
-from tests.conftest import REPO_ROOT, S3Bucket
-from tests.mlflow_server import MLflowServer
-from tests.pipeline_runs import SMALL
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.mlflow_server import MLflowServer
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.pipeline_runs import SMALL
 
 pytestmark = pytest.mark.slow
 MODEL = "cifar-rollback-test"  # a model no other test registers: this run's is the first

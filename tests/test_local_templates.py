@@ -178,7 +178,7 @@ def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path
     from flows.local.substitution import substitute
     from flows.pipeline import memo_keys
     from steps.common.config import REPO_ROOT, load_config
-    from tests.flow_helpers import parameter_values
+    from tests.helpers.flow_helpers import parameter_values
 
     cfg = load_config(REPO_ROOT / "configs" / "smoke.yaml")
     values = {"nodes": "3", "data-source": "synthetic:64"}
@@ -218,7 +218,7 @@ def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) 
 
     from flows.pipeline.memo_keys import STEPS as MEMOIZED
     from steps.common.config import REPO_ROOT
-    from tests.pipeline_runs import SMALL, sets
+    from tests.helpers.pipeline_runs import SMALL, sets
 
     smoke = REPO_ROOT / "configs" / "smoke.yaml"
     argv = [sys.executable, str(REPO_ROOT / "flows" / "cifar.py"), "--config", str(smoke)]

@@ -15,8 +15,8 @@ from flows.errors import FlowError
 from flows.pipeline import parameters
 from flows.pipeline.parameters import step_settings
 from steps.common.config import load_config
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import argo_substitute
+from tests.helpers.flow_helpers import argo_substitute
+from tests.helpers.paths import REPO_ROOT
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 KNOWN = (

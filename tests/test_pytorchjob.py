@@ -19,9 +19,8 @@ from flows.manifests import pytorchjob
 from flows.manifests.names import dns1035
 from flows.manifests.shared_pod import EnvSpec
 from steps.common.config import ConfigError, load_config
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import CONFIGS, VALIDATOR, check_golden, job_of, run_of
-from tests.job_checks import (
+from tests.helpers.flow_helpers import CONFIGS, VALIDATOR, check_golden, job_of, run_of
+from tests.helpers.job_checks import (
     CLUSTER_YAML,
     DNS1035,
     NETWORK_CASES,
@@ -29,6 +28,7 @@ from tests.job_checks import (
     replica_names,
     webhook_problems,
 )
+from tests.helpers.paths import REPO_ROOT
 
 ARGS = ["-m", "steps.train", "--dataset", "D", "--output", "M"]
 ENV = [

@@ -16,8 +16,8 @@ from mlflow.tracking import MlflowClient
 from steps.common.config import load_config
 from steps.common.storage import open_store
 from steps.reuse import step as reuse
-from tests.conftest import S3Bucket
-from tests.mlflow_server import MLflowServer
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.mlflow_server import MLflowServer
 
 PUBLISHED = {  # step -> (output, what it writes last)
     "stage": ("dataset-uri", "manifest.json"),

@@ -34,8 +34,8 @@ from steps.serve.batcher import Batcher
 from steps.serve.oip import InferRequest, OipCodec
 from steps.serve.outputs import BatchOutput, encode
 from steps.serve.predictor import Predictor
-from tests.conftest import REPO_ROOT
-from tests.serving_helpers import CHAMPION, NAME, Running, answer, raw_post, serving
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.serving_helpers import CHAMPION, NAME, Running, answer, raw_post, serving
 
 
 @pytest.fixture(scope="module")

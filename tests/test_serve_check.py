@@ -30,10 +30,10 @@ from steps.common.per_image import mixed_accuracy_bounds, pack_correct, prefix_a
 from steps.serve_check import step as serve_check
 from steps.serve_check.expected import accuracy_range, expected_accuracy
 from steps.serve_check.report import merged_note
-from tests.mlflow_server import mlflow_models_serve
-from tests.model_bundle import Bundle, champion_args
-from tests.servers import free_port
-from tests.serving_helpers import serving
+from tests.helpers.mlflow_server import mlflow_models_serve
+from tests.helpers.model_bundle import Bundle, champion_args
+from tests.helpers.servers import free_port
+from tests.helpers.serving_helpers import serving
 
 NAME = "serve-check-test"
 CHECK = ["serving.check_concurrency=[1, 4]"]

@@ -24,7 +24,7 @@ import pytest
 
 from steps.common.serving.client import ServingClient, oip_request, request_body
 from steps.serve.bounds import BodyRefused, JsonBounds, Limits
-from tests.serving_helpers import CIFAR, NAME, Running, answer, predictors, serving
+from tests.helpers.serving_helpers import CIFAR, NAME, Running, answer, predictors, serving
 
 LIMITS = Limits.for_images((32, 32, 3), 1024)
 

@@ -25,9 +25,10 @@ from steps.common.dataset import content_digest
 from steps.common.storage import open_store
 from steps.stage_data.cifar import md5sum, synthetic_splits
 from steps.stage_data.stage import parse_source, stage_dataset
-from tests.cifar_files import CLASSES, write_cifar_tarball
-from tests.conftest import REPO_ROOT, S3Bucket
-from tests.servers import SeaweedFS, free_port
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.cifar_files import CLASSES, write_cifar_tarball
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.servers import SeaweedFS, free_port
 
 
 def stage_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -14,9 +14,9 @@ import pytest
 from steps.common.config import TrackingConfig, load_config
 from steps.common.pipeline_run import TrackingError, open_run, run_url, wait_until_reachable
 from steps.tracking import end_pipeline_run, start_pipeline_run
-from tests.conftest import REPO_ROOT
-from tests.mlflow_server import MLflowServer
-from tests.servers import free_port
+from tests.helpers.mlflow_server import MLflowServer
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.servers import free_port
 
 
 def tracking_cli(*args: str, server: MLflowServer) -> subprocess.CompletedProcess:

@@ -31,10 +31,11 @@ from steps.stage_data.stage import parse_source, stage_dataset
 from steps.train.checkpoints import checkpoint_epochs, checkpoint_key
 from steps.train.fit import StopRequested
 from steps.train.step import build_parser, main, run
-from tests.conftest import REPO_ROOT, S3Bucket
-from tests.mlflow_server import MLflowServer
-from tests.servers import free_port
-from tests.train_hooks import TestHooks, hook_args, state_checksum
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.mlflow_server import MLflowServer
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.servers import free_port
+from tests.helpers.train_hooks import TestHooks, hook_args, state_checksum
 
 TRAIN_IMAGES = 1500
 SIMPLE = [

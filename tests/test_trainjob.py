@@ -21,8 +21,7 @@ from flows.manifests.names import labels
 from flows.manifests.shared_pod import EnvSpec
 from flows.pipeline.train_templates import ARGO_WORKFLOW_LABEL
 from steps.common.config import ConfigError, load_config
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import (
+from tests.helpers.flow_helpers import (
     CONFIGS,
     VALIDATOR,
     check_golden,
@@ -31,7 +30,14 @@ from tests.flow_helpers import (
     parameter_values,
     templates,
 )
-from tests.job_checks import CLUSTER_YAML, NETWORK_CASES, NPROC, comparable_job, network_problems
+from tests.helpers.job_checks import (
+    CLUSTER_YAML,
+    NETWORK_CASES,
+    NPROC,
+    comparable_job,
+    network_problems,
+)
+from tests.helpers.paths import REPO_ROOT
 
 TRAINJOB = "train.launcher=trainjob"
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"

@@ -30,8 +30,8 @@ from flows.manifests import inferenceservice as isvc
 from flows.manifests import trainjob
 from flows.manifests.shared_pod import config_args
 from steps.common.config import PipelineConfig
-from tests.cluster_build import CLUSTER
-from tests.flow_helpers import job_of, run_of, templates
+from tests.helpers.cluster_build import CLUSTER
+from tests.helpers.flow_helpers import job_of, run_of, templates
 
 WORKFLOW = "cifar-pipeline-x1"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"

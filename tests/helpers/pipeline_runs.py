@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.cifar_files import write_cifar_tarball
-from tests.conftest import REPO_ROOT, S3Bucket, pipeline_in
-from tests.faulty_builders import extra
-from tests.mlflow_server import MLflowServer
-from tests.servers import SeaweedFS
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.cifar_files import write_cifar_tarball
+from tests.helpers.faulty_builders import extra
+from tests.helpers.mlflow_server import MLflowServer
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.pipeline import pipeline_in
+from tests.helpers.servers import SeaweedFS
 
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"
 # After training, the smoke config made small: one portable optimize variant (the

@@ -21,8 +21,8 @@ from flows.local.review.commands import main
 from flows.local.review.node_tree import node_id
 from flows.local.review.page import PageWriter
 from flows.local.workflow import LocalRunner
-from tests.conftest import SHARED
-from tests.local_examples import example
+from tests.helpers.local_examples import example
+from tests.helpers.paths import SHARED
 
 CHROMIUM = "/usr/bin/chromium"
 SCHEMA = SHARED / "schemas" / "argo-workflows-v4.0.5.schema.json"

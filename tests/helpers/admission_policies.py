@@ -28,7 +28,7 @@ import lark
 import yaml
 
 from steps.common.config import PipelineConfig
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 PIPELINE = REPO_ROOT / "configs" / "cluster" / "pipeline"
 WORKLOADS = PIPELINE / "admission-policy.yaml"  # what the workflow's account creates

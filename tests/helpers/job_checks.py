@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from steps.common.config import load_config
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 # --- the PyTorchJob webhook (training-operator v1.9) ----------------------------------------
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.servers import free_port
+from tests.helpers.servers import free_port
 
 
 class MLflowServer:

@@ -1,6 +1,6 @@
 """What the render tests share: the configs, the strict schema validator, the pipeline's
 Workflow as Argo runs it (parameters substituted, ``when`` decided), its training job, the
-golden files (the job's checks: tests/job_checks.py). Golden files:
+golden files (the job's checks: tests/helpers/job_checks.py). Golden files:
 ``UPDATE_GOLDEN=1 pytest tests/test_flow.py tests/test_pytorchjob.py`` rewrites tests/golden/
 from the current code; review the diff before committing it."""
 
@@ -19,7 +19,7 @@ from flows.manifests import pytorchjob, trainjob
 from flows.manifests.shared_pod import config_args, pod_env
 from flows.pipeline.train_templates import OWNER, job_annotations, job_labels
 from steps.common.config import PipelineConfig, load_config
-from tests.conftest import REPO_ROOT, SHARED
+from tests.helpers.paths import REPO_ROOT, SHARED
 
 CONFIGS = sorted((REPO_ROOT / "configs").glob("*.yaml"))
 GOLDEN = REPO_ROOT / "tests" / "golden"

@@ -45,8 +45,8 @@ CA_BUNDLE_WAIT = "--for=jsonpath={.webhooks[0].clientConfig.caBundle}"
 ESTABLISHED_WAIT = "--for=condition=established"
 CERT_MANAGER_FILE = "configs/cluster/vendor/cert-manager/cert-manager.yaml"
 ARGO = "argoproj.io/v1alpha1"
-CLUSTER_DOC = Path(__file__).resolve().parents[1] / "docs" / "cluster.md"
-README = Path(__file__).resolve().parents[1] / "README.md"
+CLUSTER_DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @dataclass
@@ -136,7 +136,7 @@ def submitted(config: str | None, sets: list[str], cron: bool) -> list[dict[str,
     """What ``--submit`` sends and what its run then creates."""
     from flows import cifar
     from steps.common.config import load_config
-    from tests.cluster_build import embedded
+    from tests.helpers.cluster_build import embedded
 
     cfg = load_config(config, sets)
     template = cifar.build_template(cfg).to_dict()
@@ -295,3 +295,22 @@ def problems(found: list[Step], crd_universe: dict[tuple[str, str], dict[str, An
                     f"{step.command!r}: its TrainJob runs on {key[1]}, and the cluster has {have}"
                 )
     return out
+
+
+E2E = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "e2e.yml"
+
+
+def e2e_commands(launcher: str) -> list[str]:
+    """The shell lines of e2e.yml's job for one matrix launcher, in order: a step whose
+    ``if`` names another launcher is left out, continuation lines joined."""
+    workflow = yaml.safe_load(E2E.read_text())
+    commands = []
+    for step in workflow["jobs"]["kind"]["steps"]:
+        condition = step.get("if", "")
+        if "run" not in step or ("matrix.launcher ==" in condition and launcher not in condition):
+            continue
+        for line in step["run"].replace("\\\n", " ").splitlines():
+            line = line.strip().replace('"$LAUNCHER"', launcher).replace("$LAUNCHER", launcher)
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands

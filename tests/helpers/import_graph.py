@@ -233,7 +233,7 @@ def nodes_and_pods_one_way(graph: dict[str, Module]) -> list[str]:
 # The real servers' launchers (SeaweedFS S3, an mlflow server), written once for the tests
 # and the benchmarks that measure against the same servers; the design card fixes the top
 # level, so they live with the tests.
-SERVER_LAUNCHERS = ("tests.servers", "tests.mlflow_server")
+SERVER_LAUNCHERS = ("tests.helpers.servers", "tests.helpers.mlflow_server")
 
 
 def only_benchmarks_use_the_test_servers(graph: dict[str, Module]) -> list[str]:

@@ -27,7 +27,7 @@ from mlflow.types import Schema, TensorSpec
 from steps.common.serving import strict_input
 from steps.common.serving.client import ServingClient
 from steps.serve.predictor import Predictor
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 NAME = "cifar10-classifier"  # the session's champion (conftest.py's ``champion``)
 CHAMPION = f"models:/{NAME}@champion"

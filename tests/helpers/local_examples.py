@@ -11,7 +11,7 @@ import yaml
 
 from flows.local.workflow import LocalRunner
 
-EXAMPLES = Path(__file__).parent / "argo_examples"
+EXAMPLES = Path(__file__).parents[1] / "argo_examples"
 
 
 def example(name: str) -> dict[str, Any]:

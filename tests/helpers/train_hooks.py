@@ -1,5 +1,5 @@
 """The training step's test hooks, handed to it by the tests (``steps.train.step``'s
-``--hooks tests.train_hooks:TestHooks --hook-arg stop_after=1``, which reaches every rank
+``--hooks tests.helpers.train_hooks:TestHooks --hook-arg stop_after=1``, which reaches every rank
 under torchrun, or ``run(args, TestHooks(...))`` in process):
 
 - ``stop_after=k``: stop after epoch k (exit 3), once its checkpoint is written, as a
@@ -21,7 +21,7 @@ from steps.common.storage import LocalStore
 from steps.train.distributed import Dist, barrier
 from steps.train.fit import Hooks, StopRequested
 
-HOOKS = "tests.train_hooks:TestHooks"  # what --hooks names
+HOOKS = "tests.helpers.train_hooks:TestHooks"  # what --hooks names
 
 
 def hook_args(**values: object) -> list[str]:

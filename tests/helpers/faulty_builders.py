@@ -1,5 +1,5 @@
 """Builders that fail as native code fails, for ``optimize.extra_variants`` (issue 42): each
-is named in a test's config as ``tests.faulty_builders:<function>`` and called in the
+is named in a test's config as ``tests.helpers.faulty_builders:<function>`` and called in the
 optimize step's build process as ``function(spec, ctx, path)``, as the built-in builders
 are. Nothing in the project imports this module: a test's config names it, and the build
 process imports it (the tests' folder is on that process's path, as on the test's). The
@@ -77,4 +77,5 @@ def set_up(name: str) -> dict[str, Any]:
 
 def extra(name: str, builder: str, kind: str = "torchscript") -> str:
     """The ``--set`` value of one extra variant running ``builder`` of this module."""
-    return f'{{"name": "{name}", "kind": "{kind}", "builder": "tests.faulty_builders:{builder}"}}'
+    target = f"tests.helpers.faulty_builders:{builder}"
+    return f'{{"name": "{name}", "kind": "{kind}", "builder": "{target}"}}'

@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from tests.conftest import REPO_ROOT, SHARED
-from tests.k8s_rbac import ServiceAccount
+from tests.helpers.k8s_rbac import ServiceAccount
+from tests.helpers.paths import REPO_ROOT, SHARED
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"
 VENDOR = CLUSTER / "vendor"  # upstream's files, git-ignored (tests/test_cluster_install.py)

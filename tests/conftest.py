@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from flows.local.servers.mlflow_server import MLflowServer
+from flows.local.servers.seaweedfs import SeaweedFS
 from tests.helpers.buckets import S3Bucket
 from tests.helpers.groups import pytest_collection_modifyitems  # noqa: F401 (the hook)
-from tests.helpers.mlflow_server import MLflowServer
 from tests.helpers.pipeline import Pipeline, pipeline_in
-from tests.helpers.servers import SeaweedFS
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +75,7 @@ def champion(bundle, tmp_path_factory: pytest.TempPathFactory, mlflow_server) ->
 @pytest.fixture(scope="session")
 def served(champion: dict) -> Iterator[str]:
     """The real ``mlflow models serve`` of the champion on 127.0.0.1: its URL."""
-    from tests.helpers.mlflow_server import mlflow_models_serve
+    from flows.local.servers.mlflow_server import mlflow_models_serve
     from tests.helpers.serving_helpers import CHAMPION
 
     with mlflow_models_serve(CHAMPION, champion["uri"], champion["root"]) as url:

@@ -17,10 +17,10 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from flows.local.servers.seaweedfs import SeaweedFS
 from steps.common.version import package_version
 from tests.helpers.cluster_build import CLUSTER, K8S_VERSION, VENDOR, kubectl, walk
 from tests.helpers.paths import REPO_ROOT, SHARED
-from tests.helpers.servers import SeaweedFS
 
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
 # applied after the top level: Volcano's Queue once Volcano answers; Trainer v2 for

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from flows.local.servers.mlflow_server import MLflowServer
+from flows.local.servers.seaweedfs import SeaweedFS
 from tests.helpers.buckets import S3Bucket
-from tests.helpers.mlflow_server import MLflowServer
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.pipeline import Pipeline, pipeline_in
 from tests.helpers.pipeline_runs import SMALL, only_run_dir, sets, state_of
-from tests.helpers.servers import SeaweedFS
 
 pytestmark = pytest.mark.slow
 MEMOIZED = ("stage", "train", "optimize", "benchmark")

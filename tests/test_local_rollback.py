@@ -36,6 +36,7 @@ from flows.cifar import build_submission, build_template
 from flows.cli.here import localize
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler
 from flows.local.pods.services import service_process
+from flows.local.servers.mlflow_server import MLflowServer
 from flows.local.signals import STOP_MESSAGE, RunStopped
 from flows.local.status import RunResult
 from flows.local.workflow import LocalRunner
@@ -44,7 +45,6 @@ from flows.manifests.shared_pod import config_args
 from steps.common.config import load_config
 from steps.common.serving.client import ServingClient, ServingError
 from tests.helpers.buckets import S3Bucket
-from tests.helpers.mlflow_server import MLflowServer
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.pipeline_runs import SMALL
 

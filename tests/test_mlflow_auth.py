@@ -22,8 +22,8 @@ import pytest
 import yaml
 from mlflow.exceptions import MlflowException
 
+from flows.local.servers.mlflow_server import MLflowServer
 from tests.helpers.cluster_build import CLUSTER, kubectl
-from tests.helpers.mlflow_server import MLflowServer
 from tests.helpers.paths import REPO_ROOT
 
 # one worker for the module: its server (the users fixture) is built once, and its steps

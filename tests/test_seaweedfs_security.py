@@ -29,8 +29,8 @@ import yaml
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from flows.local.servers.seaweedfs import SeaweedFS
 from tests.helpers.cluster_build import CLUSTER, kubectl
-from tests.helpers.servers import SeaweedFS
 
 pytestmark = pytest.mark.slow
 LAYER = CLUSTER / "seaweedfs"

@@ -24,15 +24,15 @@ import numpy as np
 import pytest
 from mlflow.exceptions import MlflowException
 
+from flows.local.servers.mlflow_server import mlflow_models_serve
+from flows.local.servers.seaweedfs import free_port
 from steps.benchmark import step as benchmark
 from steps.common.contracts.benchmark import BenchmarkReport, Measured
 from steps.common.per_image import mixed_accuracy_bounds, pack_correct, prefix_accuracy
 from steps.serve_check import step as serve_check
 from steps.serve_check.expected import accuracy_range, expected_accuracy
 from steps.serve_check.report import merged_note
-from tests.helpers.mlflow_server import mlflow_models_serve
 from tests.helpers.model_bundle import Bundle, champion_args
-from tests.helpers.servers import free_port
 from tests.helpers.serving_helpers import serving
 
 NAME = "serve-check-test"

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from flows.local.servers.seaweedfs import SeaweedFS, free_port
 from steps.common.config import load_config
 from steps.common.dataset import content_digest
 from steps.common.storage import open_store
@@ -28,7 +29,6 @@ from steps.stage_data.stage import parse_source, stage_dataset
 from tests.helpers.buckets import S3Bucket
 from tests.helpers.cifar_files import CLASSES, write_cifar_tarball
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.servers import SeaweedFS, free_port
 
 
 def stage_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

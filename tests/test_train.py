@@ -24,6 +24,8 @@ import pytest
 import torch
 from rich.console import Console
 
+from flows.local.servers.mlflow_server import MLflowServer
+from flows.local.servers.seaweedfs import free_port
 from steps.common.config import flatten, load_config
 from steps.common.models import build_model
 from steps.common.storage import open_store
@@ -32,9 +34,7 @@ from steps.train.checkpoints import checkpoint_epochs, checkpoint_key
 from steps.train.fit import StopRequested
 from steps.train.step import build_parser, main, run
 from tests.helpers.buckets import S3Bucket
-from tests.helpers.mlflow_server import MLflowServer
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.servers import free_port
 from tests.helpers.train_hooks import TestHooks, hook_args, state_checksum
 
 TRAIN_IMAGES = 1500

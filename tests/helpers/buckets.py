@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.helpers.servers import SeaweedFS
+from flows.local.servers.seaweedfs import SeaweedFS
 
 
 @dataclass

@@ -31,13 +31,21 @@ VENDOR = CLUSTER / "vendor"  # upstream's files, git-ignored (tests/test_cluster
 K8S_VERSION = "1.33.0"  # the Kubernetes schemas the builds are validated against
 
 
-def load_vendor() -> ModuleType:
-    """configs/cluster/vendor.py, a script, as a module."""
-    spec = importlib.util.spec_from_file_location("cluster_vendor", CLUSTER / "vendor.py")
+def load_script(name: str, path: Path) -> ModuleType:
+    """A script as the module ``name`` (in sys.modules: dataclasses look their module up
+    there, and a script beside it imports it by that name)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_vendor() -> ModuleType:
+    """configs/cluster/vendor.py, a script, as a module; first the pins it imports by name
+    (``python configs/cluster/vendor.py`` finds them beside it)."""
+    load_script("vendor_pins", CLUSTER / "vendor_pins.py")
+    return load_script("cluster_vendor", CLUSTER / "vendor.py")
 
 
 vendor = load_vendor()

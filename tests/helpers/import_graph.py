@@ -9,7 +9,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PACKAGES = ("steps", "flows", "benchmarks")
+PACKAGES = ("steps", "flows", "benchmarks", "tests")
+# Scripts outside the packages, run as ``python <path>`` (their folder first on sys.path):
+# configs/cluster/vendor.py, which fetches the pinned upstream files before anything is
+# installed, and the modules it imports beside it.
+SCRIPTS = ("configs/cluster/vendor*.py",)
 STEP_PACKAGES = ("stage_data", "train", "optimize", "benchmark")
 STEP_MODULES = ("predict", "tracking", "config")  # single-module CLIs under steps/
 
@@ -50,16 +54,17 @@ def read_graph(root: Path) -> dict[str, Module]:
     """Every module of ``steps/``, ``flows/`` and ``benchmarks/`` under ``root`` with what
     it imports."""
     modules = {}
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            name = module_name(root, path)
-            modules[name] = Module(name, path)
+    paths = [p for package in PACKAGES for p in sorted((root / package).rglob("*.py"))]
+    paths += [p for pattern in SCRIPTS for p in sorted(root.glob(pattern))]
+    for path in paths:
+        name = module_name(root, path)
+        modules[name] = Module(name, path)
     for module in modules.values():
         tree = ast.parse(module.path.read_text(), str(module.path))
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
-                targets = set(_targets(node, modules))
+                targets = set(_targets(node, modules, module.name))
                 if _never_run(node, parents):
                     module.type_imports |= targets
                 else:
@@ -67,14 +72,25 @@ def read_graph(root: Path) -> dict[str, Module]:
     return modules
 
 
-def _targets(node: ast.Import | ast.ImportFrom, modules: dict[str, Module]) -> Iterator[str]:
+def _targets(
+    node: ast.Import | ast.ImportFrom, modules: dict[str, Module], importer: str
+) -> Iterator[str]:
     if isinstance(node, ast.Import):
-        yield from (alias.name for alias in node.names)
+        yield from (_sibling(alias.name, modules, importer) for alias in node.names)
         return
-    base = node.module or ""
+    base = _sibling(node.module or "", modules, importer)
     for alias in node.names:
         candidate = f"{base}.{alias.name}"
         yield candidate if candidate in modules else base
+
+
+def _sibling(name: str, modules: dict[str, Module], importer: str) -> str:
+    """A script's plain import of a module beside it (``from serving_load import ...`` in
+    benchmarks/serving.py: ``python benchmarks/serving.py`` puts its folder first on
+    sys.path) as that module's full name; any other name as it is."""
+    folder = importer.rsplit(".", 1)[0] if "." in importer else ""
+    beside = f"{folder}.{name}" if folder else name
+    return beside if name not in modules and beside in modules else name
 
 
 def top(name: str) -> str:
@@ -230,22 +246,63 @@ def nodes_and_pods_one_way(graph: dict[str, Module]) -> list[str]:
     return problems
 
 
-# The real servers' launchers (SeaweedFS S3, an mlflow server), written once for the tests
-# and the benchmarks that measure against the same servers; the design card fixes the top
-# level, so they live with the tests.
-SERVER_LAUNCHERS = ("tests.helpers.servers", "tests.helpers.mlflow_server")
+def nothing_ships_or_measures_with_tests(graph: dict[str, Module]) -> list[str]:
+    """What ships (``steps/``, ``flows/``), the benchmarks and configs/cluster/vendor.py
+    import nothing from ``tests/``: the real servers a benchmark measures against start
+    through the project (``flows.local.servers``), as the tests' fixtures start them."""
+    return [
+        f"{module.name} imports {target}"
+        for module in graph.values()
+        if top(module.name) != "tests"
+        for target in sorted(module.imports | module.type_imports)
+        if top(target) == "tests"
+    ]
 
 
-def only_benchmarks_use_the_test_servers(graph: dict[str, Module]) -> list[str]:
-    """What ships (``steps/``, ``flows/``) imports nothing from ``tests/``; a benchmark only
-    the real servers' launchers."""
+def tests_import_helpers_never_a_test_module(graph: dict[str, Module]) -> list[str]:
+    """A module of ``tests/`` imports what tests share from ``tests.helpers`` by name: never
+    a test module (``tests.test_*``), never ``tests.conftest`` (pytest's, fixtures only)."""
+    return [
+        f"{module.name} imports {target}"
+        for module in graph.values()
+        if top(module.name) == "tests"
+        for target in sorted(module.imports | module.type_imports)
+        if target == "tests.conftest"
+        or (target.startswith("tests.") and target.split(".")[1].startswith("test_"))
+    ]
+
+
+# The scripts that run on a bare GPU machine, the project not installed (GPU_MACHINE_HAS):
+# they find the checkout's steps/ and their siblings by a path set-up of their own.
+SYS_PATH_ALLOWED = ("benchmarks.gpu", "benchmarks.aoti_diagnose")
+
+
+def benchmarks_import_the_installed_project(graph: dict[str, Module]) -> list[str]:
+    """A benchmark imports the project as installed (``pip install -e .``) and its siblings
+    by their names, as ``python benchmarks/x.py`` finds them: it changes no ``sys.path``
+    (``SYS_PATH_ALLOWED`` aside)."""
     problems = []
     for module in graph.values():
-        for target in sorted(module.imports):
-            if top(target) != "tests":
-                continue
-            if top(module.name) != "benchmarks" or target not in SERVER_LAUNCHERS:
-                problems.append(f"{module.name} imports {target}")
+        if top(module.name) != "benchmarks" or module.name in SYS_PATH_ALLOWED:
+            continue
+        tree = ast.parse(module.path.read_text(), str(module.path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and ast.unparse(node) == "sys.path":
+                problems.append(f"{module.name}:{node.lineno} changes sys.path")
+                break
+    return problems
+
+
+def vendor_script_needs_no_install(graph: dict[str, Module]) -> list[str]:
+    """configs/cluster/vendor.py and the modules beside it that it imports name only the
+    standard library and each other: it runs before the project is installed."""
+    problems = []
+    for script in (name for name in graph if name.startswith("configs.cluster.vendor")):
+        for target in sorted(graph[script].imports):
+            if top(target) not in sys.stdlib_module_names and not target.startswith(
+                "configs.cluster.vendor"
+            ):
+                problems.append(f"{script} imports {target}")
     return problems
 
 
@@ -291,7 +348,7 @@ CONTRACT_READERS = {
     "steps.serve_check.check": f"{CONTRACTS}.promotion",
     "steps.serve_check.rollback": f"{CONTRACTS}.promotion",
     "steps.serve_check.report": f"{CONTRACTS}.serve_check",
-    "steps.common.serving.classifier": "serving_manifest",
+    "steps.common.serving.classifier": "steps.common.serving.serving_manifest",
 }
 DOCUMENT_FILES = ("variants.json", "benchmark.json", "serving.json")
 DOCUMENT_OWNERS = (CONTRACTS, "steps.common.serving.serving_manifest")
@@ -381,7 +438,10 @@ RULES = (
     nodes_and_pods_one_way,
     staging_never_imports_torch,
     import_cycles,
-    only_benchmarks_use_the_test_servers,
+    nothing_ships_or_measures_with_tests,
+    tests_import_helpers_never_a_test_module,
+    benchmarks_import_the_installed_project,
+    vendor_script_needs_no_install,
     gpu_benchmark_imports_what_a_bare_gpu_machine_has,
     documents_read_through_their_contract,
     no_twin_module_names,

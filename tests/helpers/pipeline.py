@@ -9,9 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flows.local.servers.mlflow_server import MLflowServer
 from tests.helpers.buckets import S3Bucket
-from tests.helpers.mlflow_server import MLflowServer
 from tests.helpers.paths import REPO_ROOT
+
+SMOKE = REPO_ROOT / "configs" / "smoke.yaml"
+
+
+def sets(overrides: list[str]) -> list[str]:
+    """``--set`` before each override, as the command line takes them."""
+    return [arg for item in overrides for arg in ("--set", item)]
 
 
 @dataclass
@@ -33,8 +40,6 @@ class Pipeline:
 
 def pipeline_in(bucket: S3Bucket, mlflow_server: MLflowServer, root: Path) -> Pipeline:
     from mlflow.tracking import MlflowClient
-
-    from tests.helpers.pipeline_runs import SMOKE, sets
 
     env = {**os.environ, **bucket.server.env(), "CIFAR_CACHE_DIR": str(root / "cache")}
     env["PYTHONPATH"] = str(REPO_ROOT)

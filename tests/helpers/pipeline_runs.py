@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flows.local.servers.mlflow_server import MLflowServer
+from flows.local.servers.seaweedfs import SeaweedFS
 from tests.helpers.buckets import S3Bucket
 from tests.helpers.cifar_files import write_cifar_tarball
 from tests.helpers.faulty_builders import extra
-from tests.helpers.mlflow_server import MLflowServer
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.pipeline import pipeline_in
-from tests.helpers.servers import SeaweedFS
+from tests.helpers.pipeline import pipeline_in, sets
 
-SMOKE = REPO_ROOT / "configs" / "smoke.yaml"
 # After training, the smoke config made small: one portable optimize variant (the
 # registered model is still the serving pyfunc), one batch size, one benchmark round.
 SMALL_AFTER_TRAIN = [
@@ -40,10 +39,6 @@ CRASHING = [
     f"optimize.extra_variants=[{extra('segv', 'segfault')}]",
     'optimize.optional_variants=["segv"]',
 ]
-
-
-def sets(overrides: list[str]) -> list[str]:
-    return [arg for item in overrides for arg in ("--set", item)]
 
 
 def cifar(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

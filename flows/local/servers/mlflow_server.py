@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.helpers.servers import free_port
+from flows.local.servers.seaweedfs import free_port
 
 
 class MLflowServer:

@@ -13,6 +13,7 @@ import pytest
 from flows.local.servers.mlflow_server import MLflowServer
 from flows.local.servers.seaweedfs import SeaweedFS
 from tests.helpers.buckets import S3Bucket
+from tests.helpers.fake_argo import ENVIRONMENT, TOKEN, FakeArgo
 from tests.helpers.groups import pytest_collection_modifyitems  # noqa: F401 (the hook)
 from tests.helpers.pipeline import Pipeline, pipeline_in
 
@@ -118,3 +119,18 @@ def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from tests.helpers.review_helpers import run_examples
 
     return run_examples(tmp_path_factory.mktemp("example-runs"))
+
+
+@pytest.fixture
+def argo(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeArgo]:
+    """A small Argo Server on 127.0.0.1 (tests/helpers/fake_argo.py), the flow pointed at
+    it through ARGO_HOST and ARGO_TOKEN, the rest of the shell's Argo settings cleared."""
+    fake = FakeArgo()
+    fake.thread.start()
+    for name in (*ENVIRONMENT, "GIT_COMMIT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ARGO_HOST", fake.host)
+    monkeypatch.setenv("ARGO_TOKEN", TOKEN)
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()

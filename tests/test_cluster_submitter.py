@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
 
 import pytest
 
@@ -27,7 +26,7 @@ from tests.helpers import admission_policies as ap
 from tests.helpers import argo_restrictions
 from tests.helpers import cluster_build as cb
 from tests.helpers.cluster_install_steps import cluster_commands, e2e_commands, quick_start_commands
-from tests.helpers.fake_argo import CLUSTER_READY, ENVIRONMENT, SMOKE, TOKEN, FakeArgo
+from tests.helpers.fake_argo import CLUSTER_READY, SMOKE, FakeArgo
 from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
 
 pytestmark = pytest.mark.filterwarnings("ignore:The `json` method is deprecated")
@@ -73,19 +72,6 @@ UI = [
 ROUTE = re.compile(
     r"/api/v1/(workflows|workflow-templates|cron-workflows)/[^/?]+(/[^/?]+)?(/[^/?]+)?(?:\?.*)?"
 )
-
-
-@pytest.fixture
-def argo(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeArgo]:
-    fake = FakeArgo()
-    fake.thread.start()
-    for name in (*ENVIRONMENT, "GIT_COMMIT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ARGO_HOST", fake.host)
-    monkeypatch.setenv("ARGO_TOKEN", TOKEN)
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
 
 
 def install() -> Rbac:

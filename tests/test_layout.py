@@ -1,16 +1,18 @@
 """The design's import rules hold on the code as it stands (docs/architecture.md, "Who may
-import whom"), and the checker finds a violation of each when one is made; docs/layout.md's
-and docs/architecture.md's Layout and the architecture's import diagram say what the code is."""
+import whom"), and the checker finds a violation of each when one is made; flows/ builds
+its DAG in one place, names a class once and keeps its errors in one module; modules stay
+small. What the documents say of the layout: tests/test_layout_docs.py; the local runner's
+shape: tests/test_layout_local_runner.py."""
 
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.import_graph import RULES, read_graph
+from tests.helpers.import_graph import read_graph
+from tests.helpers.import_rules import RULES
 from tests.helpers.paths import REPO_ROOT
 
 GRAPH = read_graph(REPO_ROOT)
@@ -177,133 +179,6 @@ def test_the_checker_finds_a_broken_rule(case: str, tmp_path: Path) -> None:
     assert any(words in line for line in found), found
 
 
-def layout_tree(text: str, heading: str = "## Layout") -> dict[str, str]:
-    """The first tree under ``heading`` (docs/layout.md's Layout, docs/architecture.md's, its
-    flows/local under "Local runs") as {path: description}: two spaces of indent per level;
-    a line indented deeper than one level below the entry before it continues that entry's
-    description."""
-    block = text.split(heading, 1)[1].split("```", 2)[1]
-    tree: dict[str, str] = {}
-    stack: list[str] = []
-    for line in block.splitlines():
-        if not line.strip():
-            continue
-        depth = (len(line) - len(line.lstrip())) // 2
-        if stack and depth > len(stack):
-            key = "/".join(stack)
-            tree[key] = f"{tree[key]} {line.strip()}"
-            continue
-        name, _, description = line.strip().partition(" ")
-        stack[depth:] = [name.rstrip("/")]
-        tree["/".join(stack)] = description.strip()
-    return tree
-
-
-def test_the_layout_page_shows_every_module() -> None:
-    tree = layout_tree((REPO_ROOT / "docs" / "layout.md").read_text())
-    missing = []
-    for path in MODULES:
-        if path.name in ("__init__.py", "__main__.py"):
-            continue
-        relative = path.relative_to(REPO_ROOT)
-        folder = str(relative.parent)
-        # A module is listed itself, or named in its folder's line (config/: sections, ...).
-        if str(relative) not in tree and path.stem not in re.findall(r"\w+", tree.get(folder, "")):
-            missing.append(str(relative))
-    assert missing == [], "docs/layout.md's Layout lacks these modules"
-
-
-# "One step, one folder": docs/architecture.md lists a step's package, docs/layout.md its modules.
-STEP_FOLDERS = {
-    f"steps/{step}"
-    for step in ("stage_data", "train", "optimize", "benchmark", "serve", "serve_check")
-}
-
-
-def architecture_misses(tree: dict[str, str], relative: Path) -> bool:
-    """Whether docs/architecture.md's Layout leaves a module out: listed itself, inside a
-    step's listed folder, or named (it or the package holding it) in the line of the
-    nearest listed folder above it (common/: config, storage, dataset, ...)."""
-    if str(relative) in tree:
-        return False
-    for folder in relative.parents:
-        if str(folder) in tree:
-            if str(folder) in STEP_FOLDERS:
-                return False
-            named = Path(relative.relative_to(folder).parts[0]).stem
-            return named not in re.findall(r"\w+", tree[str(folder)])
-    return True
-
-
-def test_the_architecture_layout_shows_every_module() -> None:
-    """flows/local/ aside (its modules are docs/layout.md's to list)."""
-    tree = layout_tree((REPO_ROOT / "docs" / "architecture.md").read_text())
-    missing = [
-        str(relative)
-        for path in MODULES
-        if path.name not in ("__init__.py", "__main__.py")
-        and (relative := path.relative_to(REPO_ROOT)).parts[:2] != ("flows", "local")
-        and architecture_misses(tree, relative)
-    ]
-    assert missing == [], "docs/architecture.md's Layout lacks these modules"
-    listed = [path for path in tree if path.endswith(".py") and path.startswith(("flows", "steps"))]
-    assert [path for path in listed if not (REPO_ROOT / path).is_file()] == []
-
-
-def diagram_lines(text: str) -> dict[str, set[str]]:
-    """docs/architecture.md's import diagram: each ``flows/<module>.py --> a, b/`` or
-    ``flows/<package>/ --> a, b/`` line as {module or package: the flows modules and
-    packages it names} (``steps/...`` and a parenthesis's words aside)."""
-    block = text.split("## Who may import whom", 1)[1].split("```", 2)[1]
-    lines = {}
-    for line in block.splitlines():
-        match = re.fullmatch(r"flows/(\w+)(?:\.py|/)\s+-->\s+(.*)", line.strip())
-        if match:
-            names = [n.strip().rstrip("/") for n in match.group(2).split("(")[0].split(",")]
-            lines[f"flows.{match.group(1)}"] = {
-                f"flows.{n}" for n in names if n and not n.startswith("steps")
-            }
-    return lines
-
-
-def flows_unit(name: str) -> str:
-    """The diagram's unit of a flows module: ``flows.<module>`` at the top, else its
-    package under ``flows`` (``flows.cli.main`` -> ``flows.cli``)."""
-    return ".".join(name.split(".")[:2])
-
-
-def flows_imports(unit: str) -> set[str]:
-    """What a flows module or package imports of flows (type-only imports too), each
-    package counted as one (flows.manifests)."""
-    found = set()
-    for name, module in GRAPH.items():
-        if name.startswith("flows.") and flows_unit(name) == unit:
-            for target in module.imports | module.type_imports:
-                if target.startswith("flows."):
-                    found.add(flows_unit(target))
-    return found - {unit}
-
-
-def test_the_architecture_import_diagram_is_the_code() -> None:
-    """Each of flows/'s modules at its top and each of its packages has its line, naming
-    what it imports of flows; of steps/, flows/ reads only the config and the version."""
-    lines = diagram_lines((REPO_ROOT / "docs" / "architecture.md").read_text())
-    units = {flows_unit(name) for name in GRAPH if name.startswith("flows.")}
-    assert lines.keys() == units, "a flows module without its line, or a line without its module"
-    assert {u: flows_imports(u) for u in sorted(units)} == {u: lines[u] for u in sorted(units)}
-    steps = {
-        (name.split(".")[1] if name.startswith("flows.") else name, target)
-        for name, module in GRAPH.items()
-        if name.startswith("flows.")
-        and not (name == "flows.local" or name.startswith("flows.local."))
-        for target in (".".join(t.split(".")[:3]) for t in module.imports)
-        if target.startswith("steps")
-    }
-    assert {target for _, target in steps} <= {"steps.common.config", "steps.common.version"}
-    # the git revision a run records: the command line's --render/--submit and its local run
-    assert {name for name, target in steps if target == "steps.common.version"} <= {"cli"}
-
-
 def dag_builders(root: Path) -> list[str]:
     """The flows modules that import Hera's DAG, Task or Steps: where DAGs are built."""
     found = []
@@ -394,112 +269,3 @@ def test_every_module_stays_near_300_lines() -> None:
         if (lines := len(path.read_text().splitlines())) > 330
     }
     assert long == {}
-
-
-LOCAL = REPO_ROOT / "flows" / "local"
-
-
-def test_the_architecture_lists_every_local_runner_module() -> None:
-    """docs/architecture.md's tree of flows/local ("Local runs") is the code's: every
-    module listed, and nothing listed that is gone."""
-    tree = layout_tree((REPO_ROOT / "docs" / "architecture.md").read_text(), "## Local runs")
-    listed = {path for path in tree if path.endswith(".py")}
-    present = {
-        str(path.relative_to(REPO_ROOT))
-        for path in LOCAL.rglob("*.py")
-        if path.name != "__init__.py"
-    }
-    assert listed == present
-
-
-def declared_stubs(source: str, module: str) -> list[str]:
-    """Attributes a class declares with a type and no value, outside a dataclass: a
-    mixin's promise that another class in its hierarchy holds them (``_run_task:
-    Callable``), a call the import graph cannot show."""
-    stubs = []
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.ClassDef):
-            continue
-        decorators = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
-        if decorators & {"dataclass", "dataclasses.dataclass"}:
-            continue
-        bases = {ast.unparse(b) for b in node.bases}
-        if bases & {"Protocol", "typing.Protocol", "NamedTuple", "TypedDict"}:
-            continue
-        for item in node.body:
-            if isinstance(item, ast.AnnAssign) and item.value is None:
-                stubs.append(f"{module}.{node.name}.{ast.unparse(item.target)}")
-    return stubs
-
-
-def test_no_local_runner_class_declares_what_another_holds() -> None:
-    """The local runner passes its run state to plain functions (flows/local/state.py),
-    no mixins calling each other through declared stubs."""
-    stubs = [
-        stub
-        for path in sorted(LOCAL.rglob("*.py"))
-        for stub in declared_stubs(path.read_text(), str(path.relative_to(REPO_ROOT)))
-    ]
-    assert stubs == []
-
-
-def test_the_stub_check_finds_a_mixin() -> None:
-    mixin = "class Steps:\n    tasks: dict\n    _run_task: Callable[..., None]\n"
-    assert declared_stubs(mixin, "m") == ["m.Steps.tasks", "m.Steps._run_task"]
-    held = "@dataclass\nclass State:\n    tasks: dict\n"
-    assert declared_stubs(held, "m") == []
-
-
-def run_node_as_a_value(source: str, module: str) -> list[str]:
-    """Where ``run_node`` is handed on instead of called: a parameter of that name, or the
-    name used other than as the function of a call (passed, stored, returned). Its
-    callers are then found by reading for ``run_node(``, as Argo's for ``executeTemplate(``."""
-    tree = ast.parse(source)
-    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.arg) and node.arg == "run_node":
-            found.append(f"{module}:{node.lineno}: a parameter named run_node")
-        named = (isinstance(node, ast.Name) and node.id == "run_node") or (
-            isinstance(node, ast.Attribute) and node.attr == "run_node"
-        )
-        if named and isinstance(node.ctx, ast.Load) and id(node) not in called:
-            found.append(f"{module}:{node.lineno}: run_node handed on as a value")
-    return found
-
-
-def test_run_node_is_called_by_name() -> None:
-    """Who runs a node reads as it does in Argo's controller: the DAG's and steps' loop call
-    ``run_node`` by name (executeTemplate), no function passed down to reach it."""
-    found = [
-        problem
-        for path in sorted(LOCAL.rglob("*.py"))
-        for problem in run_node_as_a_value(path.read_text(), str(path.relative_to(REPO_ROOT)))
-    ]
-    assert found == []
-    assert "run_node(" in (LOCAL / "nodes" / "node.py").read_text()
-
-
-@pytest.mark.parametrize(
-    ("source", "words"),
-    [
-        ("def run_dag(state, run_node):\n    run_node(state)\n", "a parameter named run_node"),
-        ("from x import run_node\nschedule(state, run_node)\n", "handed on as a value"),
-        ("pool.submit(nodes.run_node, state)\n", "handed on as a value"),
-        ("RUN = {'node': run_node}\n", "handed on as a value"),
-    ],
-    ids=["parameter", "argument", "attribute", "stored"],
-)
-def test_the_run_node_check_finds_it_handed_on(source: str, words: str) -> None:
-    assert any(words in problem for problem in run_node_as_a_value(source, "m"))
-    assert run_node_as_a_value("from x import run_node\nrun_node(state, task)\n", "m") == []
-
-
-def test_the_local_runner_has_one_scheduling_loop() -> None:
-    """Nodes start on threads in one place (flows/local/nodes/node.py's run_nodes)."""
-    pools = [
-        str(path.relative_to(REPO_ROOT))
-        for path in sorted(LOCAL.rglob("*.py"))
-        if "ThreadPoolExecutor(" in path.read_text()
-    ]
-    assert pools == ["flows/local/nodes/node.py"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,20 @@ def argo(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeArgo]:
     yield fake
     fake.server.shutdown()
     fake.server.server_close()
+
+
+@pytest.fixture(scope="session")
+def builds() -> dict[str, tuple[dict[str, Any], ...]]:
+    """What each ``apply -k`` of configs/cluster applies, from a copy of configs/cluster
+    whose vendor/ the script filled from ../shared/vendor/cluster (CI) or from
+    configs/cluster/vendor (a developer's), checked against vendor.lock on the way: built
+    once, read by tests/test_cluster_install.py and test_cluster_install_sequence.py."""
+    from tests.helpers import cluster_build
+
+    found = cluster_build.vendored_builds()
+    if found is None:
+        pytest.skip(
+            f"no vendored manifests in {cluster_build.SHARED_VENDOR} or "
+            f"{cluster_build.VENDOR}: {cluster_build.POPULATE}"
+        )
+    return found

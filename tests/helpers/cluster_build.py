@@ -49,6 +49,9 @@ def load_vendor() -> ModuleType:
 
 
 vendor = load_vendor()
+# cert-manager installs from its release's manifest, which vendor.py renders from the
+# chart it locks (the repository holds the release's manifest only as a Helm chart)
+CERT_MANAGER_MANIFEST = f"configs/cluster/vendor/{vendor.CERT_MANAGER_MANIFEST}"
 LAYERS = (
     "argo", "training-operator", "seaweedfs", "mlflow", "pipeline", "scheduling", "trainer",
     "kserve",

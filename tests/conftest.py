@@ -152,3 +152,34 @@ def builds() -> dict[str, tuple[dict[str, Any], ...]]:
             f"{cluster_build.VENDOR}: {cluster_build.POPULATE}"
         )
     return found
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """In-process runs use one thread, as torchrun's ranks do: on a shared 2-core machine
+    two OpenMP threads that must wait for each other run many times slower (the training
+    tests' modules use it)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def dataset_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The small learnable synthetic dataset the training tests read, staged once
+    (tests/test_train.py, test_train_ddp.py; one xdist group)."""
+    import io
+
+    from rich.console import Console
+
+    from steps.common.config import load_config
+    from steps.stage_data.stage import parse_source, stage_dataset
+    from tests.helpers.train_runs import TRAIN_IMAGES
+
+    root = tmp_path_factory.mktemp("artifacts")
+    quiet = Console(file=io.StringIO())
+    source = parse_source(f"synthetic:{TRAIN_IMAGES}")
+    return stage_dataset(source, str(root), load_config(), quiet).dataset_uri

@@ -19,7 +19,8 @@ from packaging.version import Version
 
 from flows.local.servers.seaweedfs import SeaweedFS
 from steps.common.version import package_version
-from tests.helpers.cluster_build import CLUSTER, K8S_VERSION, VENDOR, kubectl, walk
+from tests.helpers.cluster_build import CLUSTER, K8S_VERSION, VENDOR, kubectl
+from tests.helpers.k8s_refs import walk
 from tests.helpers.paths import REPO_ROOT, SHARED
 
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]

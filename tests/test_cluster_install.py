@@ -24,11 +24,11 @@ from tests.helpers.cluster_build import (
     K8S_VERSION,
     kustomize,
     vendor,
-    walk,
 )
 from tests.helpers.cluster_install_steps import (
     CLUSTER_DOC,
 )
+from tests.helpers.k8s_refs import walk
 from tests.helpers.paths import REPO_ROOT, SHARED
 
 LATEST = re.compile(r"[\w.-]+/[\w./-]+:latest\b")

@@ -27,6 +27,7 @@ import yaml
 
 from steps.common.config import PipelineConfig, load_config
 from tests.helpers import cluster_build
+from tests.helpers import k8s_refs as refs
 from tests.helpers.cluster_pods import workflow_pods
 from tests.helpers.k8s_netpol import Cluster, Pod
 from tests.helpers.paths import REPO_ROOT
@@ -68,9 +69,9 @@ def install(
     setting edited), in place of the built ones."""
     docs = [d for docs in builds.values() for d in docs]
     if pipeline is not None:
-        replaced = {cluster_build.key_of(d): d for d in pipeline}
-        assert replaced.keys() <= {cluster_build.key_of(d) for d in docs}
-        docs = [replaced.get(cluster_build.key_of(d), d) for d in docs]
+        replaced = {refs.key_of(d): d for d in pipeline}
+        assert replaced.keys() <= {refs.key_of(d) for d in docs}
+        docs = [replaced.get(refs.key_of(d), d) for d in docs]
     namespaces = {
         d["metadata"]["name"]: d["metadata"].get("labels") or {}
         for d in docs

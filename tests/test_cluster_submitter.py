@@ -25,6 +25,7 @@ from steps.common.config import load_config
 from tests.helpers import admission_policies as ap
 from tests.helpers import argo_restrictions
 from tests.helpers import cluster_build as cb
+from tests.helpers import k8s_refs as refs
 from tests.helpers.cluster_install_steps import cluster_commands, e2e_commands, quick_start_commands
 from tests.helpers.fake_argo import CLUSTER_READY, SMOKE, FakeArgo
 from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
@@ -171,7 +172,9 @@ def test_the_submitter_may_do_nothing_more() -> None:
 
 def test_the_submitter_account_mounts_no_token_in_any_pod() -> None:
     (account,) = [
-        d for d in cb.own_objects() if cb.key_of(d) == ("ServiceAccount", NAMESPACE, SUBMITTER.name)
+        d
+        for d in cb.own_objects()
+        if refs.key_of(d) == ("ServiceAccount", NAMESPACE, SUBMITTER.name)
     ]
     assert account["automountServiceAccountToken"] is False
 

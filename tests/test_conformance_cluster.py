@@ -26,6 +26,7 @@ from flows.manifests.shared_pod import config_args, pod_env, predictor_env
 from flows.pipeline.serving_templates import serving_templates
 from steps.common.config import PipelineConfig, load_config
 from tests.helpers import cluster_build as cb
+from tests.helpers import k8s_refs as refs
 from tests.helpers.cluster_install_steps import cluster_commands, rendered_runtime
 from tests.helpers.flow_helpers import run_of
 from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
@@ -86,7 +87,7 @@ def install_rendered() -> tuple[dict[str, Any], ...]:
 
 
 def created() -> set[tuple[str, str | None, str]]:
-    return {cb.key_of(doc) for doc in [*own(), *install_rendered()]}
+    return {refs.key_of(doc) for doc in [*own(), *install_rendered()]}
 
 
 def rbac(*extra: dict[str, Any]) -> Rbac:
@@ -126,7 +127,7 @@ def _resource_requests(cfg: PipelineConfig) -> set[tuple[str, str, str]]:
             action = resource["action"]
             # a delete without a manifest names its kind in its flags, and the object by
             # name or by --selector; a create or apply, in its manifest
-            manifest = cb.template_manifest(template)
+            manifest = refs.template_manifest(template)
             if manifest is None:
                 kind = cb.KINDS_BY_RESOURCE[resource["flags"][0]]
                 if "--selector" not in resource["flags"]:
@@ -230,14 +231,14 @@ CASES = [
 def test_every_object_a_workflow_names_exists(name: str, launcher: str) -> None:
     known = created() | set(HAND_MADE)
     for doc in rendered(config(name, launcher)):
-        missing = sorted(r.key for r in cb.references(doc) if r.key not in known)
+        missing = sorted(r.key for r in refs.references(doc) if r.key not in known)
         assert not missing, f"{name}: named but not created by configs/cluster: {missing}"
 
 
 @pytest.mark.parametrize(("name", "launcher"), CASES)
 def test_optional_secrets_are_referenced_optional(name: str, launcher: str) -> None:
     for doc in rendered(config(name, launcher)):
-        for ref in cb.references(doc):
+        for ref in refs.references(doc):
             if HAND_MADE.get(ref.key):
                 assert ref.optional, f"{ref.name} is optional (docs/cluster.md), not optional: true"
 
@@ -245,8 +246,8 @@ def test_optional_secrets_are_referenced_optional(name: str, launcher: str) -> N
 def test_every_object_the_build_names_exists() -> None:
     known = created() | set(HAND_MADE)
     for doc in [*own(), *cb.own_patches()]:
-        missing = sorted(r.key for r in cb.references(doc) if r.key not in known)
-        assert not missing, f"{cb.key_of(doc)} names {missing}"
+        missing = sorted(r.key for r in refs.references(doc) if r.key not in known)
+        assert not missing, f"{refs.key_of(doc)} names {missing}"
 
 
 def test_the_cluster_page_has_the_user_create_each_hand_made_object() -> None:
@@ -332,7 +333,7 @@ def test_the_serving_pods_name_only_hand_made_secrets(name: str) -> None:
     none of the steps' (pod_env): the pod that serves the world holds no key that writes."""
     cfg = config(name)
     service = isvc.build_inferenceservice(cfg, model_uri="models:/m/1", labels={})
-    found = {r.key for r in cb.references(service)}
+    found = {r.key for r in refs.references(service)}
     ns = cfg.cluster.namespace
     wanted = {("Secret", ns, spec.secret) for spec in predictor_env(cfg) if spec.secret}
     assert found == wanted and found <= set(HAND_MADE), found

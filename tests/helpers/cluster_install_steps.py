@@ -136,7 +136,7 @@ def submitted(config: str | None, sets: list[str], cron: bool) -> list[dict[str,
     """What ``--submit`` sends and what its run then creates."""
     from flows import cifar
     from steps.common.config import load_config
-    from tests.helpers.cluster_build import embedded
+    from tests.helpers.k8s_refs import embedded
 
     cfg = load_config(config, sets)
     template = cifar.build_template(cfg).to_dict()

@@ -203,3 +203,12 @@ ENVIRONMENT = (
     "ARGO_INSECURE_SKIP_VERIFY",
     "MLFLOW_TRACKING_URI",
 )
+
+
+def submit(*argv: str) -> int:
+    """``python flows/cifar.py --config configs/smoke.yaml --set ... --submit ARGV`` (the
+    smoke config made fit for a cluster), in this process."""
+    from flows import cifar
+    from flows.cli import main as cli
+
+    return cli.main(["--config", SMOKE, *CLUSTER_READY, "--submit", *argv], cifar)

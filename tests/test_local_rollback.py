@@ -410,6 +410,10 @@ def test_ctrl_c_during_the_deployment_puts_the_champion_back(
     assert exit_tasks["restore-champion"].outputs == {
         "restore-service": "true",
         "previous-version": previous,
+        # restore-apply serves it with the image that served it (the benchmark's tag)
+        "previous-serving-image": client.get_model_version(TXN_MODEL, previous).tags[
+            "serving_image"
+        ],
     }
     assert exit_tasks["restore-apply"].state.value == "Succeeded"
     assert exit_tasks["restore-delete"].state.value == "Skipped"

@@ -239,6 +239,9 @@ def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) 
         **dict.fromkeys(["deploy", "serve-check"], "Succeeded"),
         **dict.fromkeys(["rollback-alias", "rollback-apply", "rollback-delete"], "Omitted"),
         "onExit.delete-train-job": "Skipped",  # the workflow Succeeded: nothing to clean up
+        # the workflow Succeeded: the champion stands checked, nothing to restore
+        "onExit.restore-champion": "Skipped",
+        **dict.fromkeys(["onExit.restore-apply", "onExit.restore-delete"], "Omitted"),
         # a fresh memo cache: no hit to check, nothing to run again
         # (flows/pipeline/reuse_templates.py)
         **{f"{step}-{what}": "Skipped" for step in MEMOIZED for what in ("reused", "again")},

@@ -219,7 +219,7 @@ def test_the_steps_log_register_promote_and_roll_back_as_the_pipelines_user(
     args.overrides.append(f"tracking.experiment={users.experiment}")
     result = benchmark.run(args)
     version = (tmp_path / "bench" / "model-version").read_text()
-    assert result["promoted"] is True
+    assert result.promoted is True
     assert client.get_model_version_by_alias(users.model, "champion").version == version
     # the predictor loads what the steps registered
     reader = as_user(users.predictor)

@@ -32,7 +32,7 @@ from tests.helpers.faulty_builders import extra, job
 from tests.helpers.model_bundle import Bundle, bench_args, optimize_args
 from tests.helpers.paths import REPO_ROOT
 
-FAULTY = Path(REPO_ROOT / "tests" / "faulty_builders.py")
+FAULTY = Path(REPO_ROOT / "tests" / "helpers" / "faulty_builders.py")
 AT = re.escape(str(FAULTY))
 # (builder, cause, signal, the innermost frame's file and function)
 FAULTS = [

@@ -1,3 +1,5 @@
 """Benchmarks: scripts that print a table (``python benchmarks/<name>.py``); not shipped.
-A package, so ``from benchmarks.x import`` finds these files before any ``benchmarks``
-package installed elsewhere on the path."""
+A script imports the project as installed (``pip install -e .``) and its siblings by their
+names (``python benchmarks/x.py`` puts this folder first on sys.path); the tests import
+them as ``benchmarks.x``. benchmarks/gpu.py and aoti_diagnose.py alone set a path up: they
+run on a bare GPU machine, nothing installed."""

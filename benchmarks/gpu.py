@@ -8,7 +8,7 @@ Made for the GPU machines this project borrows: PyTorch and a GPU, nothing of ou
 installed (no MLflow, pydantic, boto3 or TensorRT), no network, about ten minutes a command.
 Its path imports torch, torchvision, PIL and the trainer's plain-torch modules only
 (``steps.train.data``, ``.loop``, ``.distributed``; ``steps.common.models``), a rule
-``tests/import_graph.py`` holds; ``--device cpu --quick`` is its dry run, a test in CI.
+``tests/helpers/import_rules.py`` holds; ``--device cpu --quick`` is its dry run, a test in CI.
 
 Training, on learnable synthetic CIFAR-shaped data (``learnable_data.py``: 50,000 + 10,000
 uint8 images), each loop until the test accuracy reaches ``--target`` or its epochs (or,

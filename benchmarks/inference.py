@@ -25,31 +25,27 @@ import argparse
 import io
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+import torch
+from rich.console import Console
 
-import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
-
-from steps.benchmark import measure as benchmark  # noqa: E402
-from steps.common.config import load_config  # noqa: E402
-from steps.common.dataset import read_manifest, read_split  # noqa: E402
-from steps.common.device import device_name  # noqa: E402
-from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model  # noqa: E402
-from steps.common.optimized_variants import TorchAdapter, open_optimized  # noqa: E402
-from steps.common.storage import open_store  # noqa: E402
-from steps.common.trained_model import (  # noqa: E402
+from steps.benchmark import measure as benchmark
+from steps.common.config import load_config
+from steps.common.dataset import read_manifest, read_split
+from steps.common.device import device_name
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
+from steps.common.optimized_variants import TorchAdapter, open_optimized
+from steps.common.storage import open_store
+from steps.common.trained_model import (
     load_test_split,
     load_trained,
     normalize,
     run_batched,
 )
-from steps.optimize import step as optimize  # noqa: E402
-from steps.stage_data.stage import parse_source, stage_dataset  # noqa: E402
+from steps.optimize import step as optimize
+from steps.stage_data.stage import parse_source, stage_dataset
 
 # --quick: every code path (a variant built and gated, the peers, the alternating rounds, the
 # table) in seconds on a ResNet-9 of width 8 trained one step; the numbers mean nothing.

@@ -37,14 +37,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from hera.workflows import DAG, Container, Workflow
+from rich.console import Console
+from rich.table import Table
+
+from flows.local.workflow import LocalRunner
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-
-from hera.workflows import DAG, Container, Workflow  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from flows.local.workflow import LocalRunner  # noqa: E402
 
 
 def step_seconds(task_dir: Path) -> tuple[float, float] | None:

@@ -30,15 +30,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+from rich.console import Console
+
+from steps.common.config import load_config
+from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
+from steps.stage_data.stage import parse_source, stage_dataset
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # run as a script from a checkout, as docs/benchmarks.md does
-
-import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
-
-from steps.common.config import load_config  # noqa: E402
-from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model  # noqa: E402
-from steps.stage_data.stage import parse_source, stage_dataset  # noqa: E402
 
 CONFIG = REPO_ROOT / "configs" / "smoke.yaml"
 MODES = {"one build process (default)": [], "a process per variant": ["1"]}

@@ -42,14 +42,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from benchmarks import serving_peers as peers  # noqa: E402
-from benchmarks.serving_load import (  # noqa: E402
+# its siblings by their names: ``python benchmarks/serving.py`` puts benchmarks/ first on
+# sys.path; the project itself is the installed one (pip install -e .)
+import serving_peers as peers
+from serving_load import (
     in_process,
     inference,
     invocations,
@@ -57,7 +55,8 @@ from benchmarks.serving_load import (  # noqa: E402
     parse_times,
     server,
 )
-from steps.common.serving.client import oip_request, request_body  # noqa: E402
+
+from steps.common.serving.client import oip_request, request_body
 
 NAME = "cifar10-classifier"
 

@@ -18,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from tests.servers import free_ports
+from flows.local.servers.seaweedfs import free_ports
 
 MLSERVER = "1.7.1"
 # Installed beside MLServer at this environment's versions: what the pyfunc runs on.

@@ -20,17 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
+from flows.local.servers.seaweedfs import SeaweedFS
+from steps.common.config import load_config
+from steps.common.dataset import write_arrays
+from steps.stage_data.cifar import synthetic_splits
+from steps.stage_data.stage import parse_source, stage_dataset
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from steps.common.config import load_config  # noqa: E402
-from steps.common.dataset import write_arrays  # noqa: E402
-from steps.stage_data.cifar import synthetic_splits  # noqa: E402
-from steps.stage_data.stage import parse_source, stage_dataset  # noqa: E402
-from tests.servers import SeaweedFS  # noqa: E402
 
 MB = 1024 * 1024
 

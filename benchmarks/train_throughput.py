@@ -39,9 +39,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# its sibling by name: ``python benchmarks/train_throughput.py`` puts benchmarks/ first on
+# sys.path; the project itself is the installed one (pip install -e .)
+from seed_loop import SeedLoop
 
-from benchmarks.seed_loop import SeedLoop
 from steps.common.config import TrainConfig
 from steps.train.data import Dataset
 from steps.train.distributed import Dist

@@ -5,12 +5,12 @@
     python flows/cifar.py --submit [--wait]           create/update the template, run it
     python flows/cifar.py --cron --submit             create/update the template and schedule
     python flows/cifar.py --resubmit WF [--dry-run]   a failed run again, reusing what it did
-    python flows/cifar.py serve [--model URI]          serve the champion here (flows.cli)
+    python flows/cifar.py serve [--model URI]          serve the champion here (flows/cli/serve.py)
 
 On a cluster the pipeline is the WorkflowTemplate ``cifar-pipeline`` (``build_template``):
-the templates, the DAG, and the parameters of ``flows.parameters`` with the config's values
-as defaults; a Workflow (``build_submission``) or the CronWorkflow runs it by
-``workflowTemplateRef``; the local runner executes that same pair.
+the templates, the DAG, and the parameters of ``flows.pipeline.parameters`` with the
+config's values as defaults; a Workflow (``build_submission``) or the CronWorkflow runs it
+by ``workflowTemplateRef``; the local runner executes that same pair.
 
 The DAG, in ``_define`` below: ``create-run`` (MLflow) and ``stage`` ->
 ``train`` (a PyTorchJob or a TrainJob; in the template a one-node ``train`` and a
@@ -19,14 +19,15 @@ The DAG, in ``_define`` below: ``create-run`` (MLflow) and ``stage`` ->
 (the live endpoint); a failed deploy or check runs the rollbacks. Stage, train, optimize
 and benchmark are memoized (``memo_keys``): each is followed by ``<step>-reused``, the
 check of a hit, and ``<step>-again``, the step run again when the hit's objects are gone
-(``reuse_step``); what reads a step's outputs reads the ones it handed on. The exit handler runs
-``close-run``, which ends the MLflow run with the workflow's status, and, unless training
-succeeded, ``delete-train-job``. Each template family has its module: ``tracking_step``
-(create-run, close-run), ``stage_step``, ``train_step`` (the jobs and their deletion),
-``optimize_step`` (optimize, benchmark), ``serving_step`` (deploy, serve-check, the
-rollbacks). One run at a time holds the mutex ``cluster.mutex``. Every step gets the config
-as ``--set`` arguments (``flows.manifests.pod.config_args``); outputs are small files under
-/tmp/outputs read back as output parameters; a run writes its objects under
+(``reuse_templates``); what reads a step's outputs reads the ones it handed on. The exit
+handler runs ``close-run``, which ends the MLflow run with the workflow's status, and,
+unless training succeeded, ``delete-train-job``. Each template family has its module in
+``flows.pipeline``: ``mlflow_templates`` (create-run, close-run), ``stage_template``,
+``train_templates`` (the jobs and their deletion), ``optimize_templates`` (optimize,
+benchmark), ``serving_templates`` (deploy, serve-check, the rollbacks). One run at a time
+holds the mutex ``cluster.mutex``. Every step gets the config as ``--set`` arguments
+(``flows.manifests.shared_pod.config_args``); outputs are small files under /tmp/outputs read
+back as output parameters; a run writes its objects under
 ``<storage.root_uri>/runs/<workflow name>`` (a hit's are an earlier run's).
 """
 
@@ -39,17 +40,17 @@ from typing import Any
 from hera.workflows import DAG, Container, CronWorkflow, Parameter, Task, Workflow, WorkflowTemplate
 from hera.workflows import models as m
 
-from flows import parameters
 from flows.manifests.names import APP, annotations, labels, run_root, workflow_url
-from flows.memo_keys import MAX_AGE_INPUT, RUN_AGAIN
-from flows.optimize_step import DECISION, benchmark_template, optimize_template
-from flows.parameters import step_settings
-from flows.reuse_step import RUN_OUTPUT, Reuse, reuse_check_template
-from flows.serving_step import ServingTemplates, restore_template, serving_templates
-from flows.stage_step import stage_template
-from flows.tracking_step import RUN_ID_GLOBAL, close_run_template, create_run_template
-from flows.train_step import delete_template, delete_when, train_templates
-from flows.workflow_spec import workflow_spec
+from flows.pipeline import parameters
+from flows.pipeline.memo_keys import MAX_AGE_INPUT, RUN_AGAIN
+from flows.pipeline.mlflow_templates import RUN_ID_GLOBAL, close_run_template, create_run_template
+from flows.pipeline.optimize_templates import DECISION, benchmark_template, optimize_template
+from flows.pipeline.parameters import step_settings
+from flows.pipeline.reuse_templates import RUN_OUTPUT, Reuse, reuse_check_template
+from flows.pipeline.serving_templates import ServingTemplates, restore_template, serving_templates
+from flows.pipeline.stage_template import stage_template
+from flows.pipeline.template_fields import workflow_spec
+from flows.pipeline.train_templates import delete_template, delete_when, train_templates
 from steps.common.config import PipelineConfig
 
 GENERATE_NAME = "cifar-"
@@ -76,7 +77,8 @@ def _define(cfg: PipelineConfig, source_keys: bool = False) -> None:
     serving = serving_templates(cfg, settings)
 
     # Where this run writes. What a step hands on is its output: on a memo hit, the URIs
-    # of the earlier run that wrote them (flows/reuse_step.py), never these recomputed.
+    # of the earlier run that wrote them (flows/pipeline/reuse_templates.py), never these
+    # recomputed.
     root = run_root(cfg)
     run_id = _output("create-run", "run-id")
     staged, trained = Reuse("stage", ("stage",)), Reuse("train", tuple(t.name for t, _ in trains))
@@ -116,7 +118,7 @@ def _define(cfg: PipelineConfig, source_keys: bool = False) -> None:
             reused=["report-uri", *DECISION, RUN_OUTPUT],
             after=optimize_ends,
         )
-        if cfg.serving.enabled:  # deploy is a transaction (flows/serving_step.py)
+        if cfg.serving.enabled:  # a transaction (flows/pipeline/serving_templates.py)
             _serve(cfg, serving, benchmarked, benchmark_ends, dataset)
 
     close_run = close_run_template(cfg, settings, argo_link)
@@ -128,7 +130,8 @@ def _define(cfg: PipelineConfig, source_keys: bool = False) -> None:
         # training did not succeed (its job failed, or `argo stop` stopped it): its pods
         # free their GPUs now, before the workflow's TTL would take the job with it
         delete_job(name="delete-train-job", when=delete_when())
-        if restore is not None:  # a stopped run restores the champion (flows/serving_step.py)
+        # a stopped run restores the champion (flows/pipeline/serving_templates.py)
+        if restore is not None:
             _restore_champion(serving, restore, run_global)
 
 
@@ -165,9 +168,9 @@ def _reusable(
     after: Sequence[Task] = (),
     waits: Sequence[Task] = (),
 ) -> list[Task]:
-    """A memoized step's tasks (flows/reuse_step.py): each template after ``after``, the
-    check of a hit (after ``waits`` too), each template again after a dead one. Returns the
-    tasks a reader of its outputs depends on."""
+    """A memoized step's tasks (flows/pipeline/reuse_templates.py): each template after
+    ``after``, the check of a hit (after ``waits`` too), each template again after a dead
+    one. Returns the tasks a reader of its outputs depends on."""
     ran = [template(name=template.name, when=when, arguments=arguments) for template, when in runs]
     checked = check(
         name=reuse.check, when=reuse.check_when, arguments=reuse.check_arguments(reused, run_id)
@@ -249,7 +252,7 @@ def build_template(
 ) -> WorkflowTemplate:
     """The WorkflowTemplate ``cifar-pipeline``: templates, DAG and the parameters a run may
     change, defaulting to this config's values; pure. ``source_keys``: memo keys name
-    each step's source, not its image (flows/memo_keys.py; a local run)."""
+    each step's source, not its image (flows/pipeline/memo_keys.py; a local run)."""
     spec = workflow_spec(cfg, git_revision, entrypoint=ENTRYPOINT, on_exit=EXIT_HANDLER)
     metadata = m.WorkflowMetadata(labels=spec["labels"], annotations=spec["annotations"])
     arguments = [
@@ -308,7 +311,7 @@ def render(*documents: Workflow | WorkflowTemplate | CronWorkflow) -> str:
 
 
 if __name__ == "__main__":
-    from flows.cli import main
+    from flows.cli.main import main
 
     # This module's own builders: the CLI imports no flows.cifar, which would run this
     # file a second time as another module.

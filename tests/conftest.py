@@ -4,62 +4,19 @@ its server, a whole pipeline's arguments."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.mlflow_server import MLflowServer
-from tests.servers import SeaweedFS
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED = REPO_ROOT.parent / "shared"
-
-# Fixtures that take more than a few seconds to set up (a model trained and optimized, a
-# whole pipeline run, torchrun, a cluster build): every test that uses one is ``slow``, so
-# ``pytest -m "not slow"`` (the everyday subset, README "Set up") leaves it out. Tests
-# slow on their own carry the mark themselves.
-SLOW_FIXTURES = {
-    "bundle",  # tests/model_bundle.py: a tiny model trained, then every variant built
-    "champion",
-    "served",
-    "ddp_run",  # tests/test_train.py: torchrun with 2 ranks and MLflow
-    "dry_run",  # tests/test_gpu_benchmark.py: benchmarks/gpu.py --quick
-    "smoke_run",  # below (tests/pipeline_runs.py): the smoke pipeline, failed and resumed
-    "transaction",  # tests/test_local_rollback.py: a first deployment
-    "memo_runs",  # tests/test_local_memo.py: runs after a change, over one memo cache
-    "builds",  # tests/test_cluster_install.py: kustomize builds of every layer
-}
-
-
-# pytest-xdist (pyproject's addopts: two workers, ``--dist loadgroup``) builds a session
-# fixture once per worker and a module's fixture once per worker that runs one of its
-# tests: the tests that read one of these expensive fixtures are one group, run by one
-# worker, which builds it once. A test that reads several is in the first one's group.
-GROUPED_BY = (
-    "bundle",
-    "smoke_run",
-    "transaction",
-    "memo_runs",
-    "dry_run",
-    "builds",
-    "dataset_uri",
-)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        used = set(getattr(item, "fixturenames", ()))
-        if SLOW_FIXTURES & used:
-            item.add_marker(pytest.mark.slow)
-        group = next((name for name in GROUPED_BY if name in used), None)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+from flows.local.servers.mlflow_server import MLflowServer
+from flows.local.servers.seaweedfs import SeaweedFS
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.fake_argo import ENVIRONMENT, TOKEN, FakeArgo
+from tests.helpers.groups import pytest_collection_modifyitems  # noqa: F401 (the hook)
+from tests.helpers.pipeline import Pipeline, pipeline_in
 
 
 @pytest.fixture(scope="session")
@@ -67,16 +24,6 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
     yield server
     server.stop()
-
-
-@dataclass
-class S3Bucket:
-    server: SeaweedFS
-    name: str
-
-    @property
-    def uri(self) -> str:
-        return f"s3://{self.name}"
 
 
 @pytest.fixture
@@ -106,8 +53,8 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLflowSe
 @pytest.fixture(scope="session")
 def bundle(tmp_path_factory: pytest.TempPathFactory):
     """A staged synthetic dataset, a tiny trained ResNet-9 and its optimized variants
-    (tests/model_bundle.py)."""
-    from tests.model_bundle import build_bundle
+    (tests/helpers/model_bundle.py)."""
+    from tests.helpers.model_bundle import build_bundle
 
     return build_bundle(tmp_path_factory.mktemp("bundle"))
 
@@ -115,10 +62,10 @@ def bundle(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def champion(bundle, tmp_path_factory: pytest.TempPathFactory, mlflow_server) -> dict:
     """The real benchmark step run on ``bundle`` against the session's MLflow server: its
-    serving pyfunc registered as tests/serving_helpers.py's NAME, alias champion."""
+    serving pyfunc registered as tests/helpers/serving_helpers.py's NAME, alias champion."""
     from steps.benchmark import step as benchmark
-    from tests.model_bundle import champion_args
-    from tests.serving_helpers import NAME
+    from tests.helpers.model_bundle import champion_args
+    from tests.helpers.serving_helpers import NAME
 
     root = tmp_path_factory.mktemp("serving")
     with pytest.MonkeyPatch.context() as patch:
@@ -130,8 +77,8 @@ def champion(bundle, tmp_path_factory: pytest.TempPathFactory, mlflow_server) ->
 @pytest.fixture(scope="session")
 def served(champion: dict) -> Iterator[str]:
     """The real ``mlflow models serve`` of the champion on 127.0.0.1: its URL."""
-    from tests.mlflow_server import mlflow_models_serve
-    from tests.serving_helpers import CHAMPION
+    from flows.local.servers.mlflow_server import mlflow_models_serve
+    from tests.helpers.serving_helpers import CHAMPION
 
     with mlflow_models_serve(CHAMPION, champion["uri"], champion["root"]) as url:
         yield url
@@ -150,44 +97,6 @@ def images(bundle):
 # --- a whole pipeline against the session's S3 and MLflow servers ------------------------
 
 
-@dataclass
-class Pipeline:
-    """``python flows/cifar.py`` with the smoke config against the session's SeaweedFS and
-    ``mlflow server``: its arguments (a registered model of its own, so no other test's
-    champion is compared with it), environment, working directory and an MLflow client."""
-
-    args: list[str]
-    env: dict[str, str]
-    cwd: Path
-    mlflow: Any
-    model: str
-
-    @property
-    def s3_root(self) -> str:
-        return next(a.split("=", 1)[1] for a in self.args if a.startswith("storage.root_uri="))
-
-
-def pipeline_in(bucket: S3Bucket, mlflow_server: MLflowServer, root: Path) -> Pipeline:
-    from mlflow.tracking import MlflowClient
-
-    from tests.pipeline_runs import SMOKE, sets
-
-    env = {**os.environ, **bucket.server.env(), "CIFAR_CACHE_DIR": str(root / "cache")}
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    env.pop("MLFLOW_TRACKING_URI", None)
-    model = f"pipeline-{uuid.uuid4().hex[:8]}"
-    overrides = [
-        f"storage.root_uri={bucket.uri}/pipeline",
-        f"storage.endpoint_url={bucket.server.endpoint}",
-        f"tracking.uri={mlflow_server.uri}",
-        f"benchmark.registered_model={model}",
-    ]
-    cwd = root / "work"
-    cwd.mkdir()
-    client = MlflowClient(tracking_uri=mlflow_server.uri)
-    return Pipeline(["--config", str(SMOKE), *sets(overrides)], env, cwd, client, model)
-
-
 @pytest.fixture
 def pipeline(s3_bucket: S3Bucket, mlflow_server: MLflowServer, tmp_path: Path) -> Pipeline:
     return pipeline_in(s3_bucket, mlflow_server, tmp_path)
@@ -197,9 +106,9 @@ def pipeline(s3_bucket: S3Bucket, mlflow_server: MLflowServer, tmp_path: Path) -
 def smoke_run(
     seaweedfs: SeaweedFS, mlflow_server: MLflowServer, tmp_path_factory: pytest.TempPathFactory
 ):
-    """The smoke pipeline, failed and resumed (tests/pipeline_runs.py), read by
+    """The smoke pipeline, failed and resumed (tests/helpers/pipeline_runs.py), read by
     tests/test_local_pipeline.py and tests/test_review_smoke.py: (SmokeRun, MLflow client)."""
-    from tests.pipeline_runs import smoke_run_in
+    from tests.helpers.pipeline_runs import smoke_run_in
 
     return smoke_run_in(seaweedfs, mlflow_server, tmp_path_factory.mktemp("smoke-run"))
 
@@ -207,7 +116,70 @@ def smoke_run(
 @pytest.fixture(scope="session")
 def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Runs of Argo's own examples in one runs directory, each page written by the runner
-    as it ran (tests/review_helpers.py); the review tests only read them."""
-    from tests.review_helpers import run_examples
+    as it ran (tests/helpers/review_helpers.py); the review tests only read them."""
+    from tests.helpers.review_helpers import run_examples
 
     return run_examples(tmp_path_factory.mktemp("example-runs"))
+
+
+@pytest.fixture
+def argo(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeArgo]:
+    """A small Argo Server on 127.0.0.1 (tests/helpers/fake_argo.py), the flow pointed at
+    it through ARGO_HOST and ARGO_TOKEN, the rest of the shell's Argo settings cleared."""
+    fake = FakeArgo()
+    fake.thread.start()
+    for name in (*ENVIRONMENT, "GIT_COMMIT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ARGO_HOST", fake.host)
+    monkeypatch.setenv("ARGO_TOKEN", TOKEN)
+    yield fake
+    fake.server.shutdown()
+    fake.server.server_close()
+
+
+@pytest.fixture(scope="session")
+def builds() -> dict[str, tuple[dict[str, Any], ...]]:
+    """What each ``apply -k`` of configs/cluster applies, from a copy of configs/cluster
+    whose vendor/ the script filled from ../shared/vendor/cluster (CI) or from
+    configs/cluster/vendor (a developer's), checked against vendor.lock on the way: built
+    once, read by tests/test_cluster_install.py and test_cluster_install_sequence.py."""
+    from tests.helpers import cluster_build
+
+    found = cluster_build.vendored_builds()
+    if found is None:
+        pytest.skip(
+            f"no vendored manifests in {cluster_build.SHARED_VENDOR} or "
+            f"{cluster_build.VENDOR}: {cluster_build.POPULATE}"
+        )
+    return found
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """In-process runs use one thread, as torchrun's ranks do: on a shared 2-core machine
+    two OpenMP threads that must wait for each other run many times slower (the training
+    tests' modules use it)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def dataset_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The small learnable synthetic dataset the training tests read, staged once
+    (tests/test_train.py, test_train_ddp.py; one xdist group)."""
+    import io
+
+    from rich.console import Console
+
+    from steps.common.config import load_config
+    from steps.stage_data.stage import parse_source, stage_dataset
+    from tests.helpers.train_runs import TRAIN_IMAGES
+
+    root = tmp_path_factory.mktemp("artifacts")
+    quiet = Console(file=io.StringIO())
+    source = parse_source(f"synthetic:{TRAIN_IMAGES}")
+    return stage_dataset(source, str(root), load_config(), quiet).dataset_uri

@@ -1,4 +1,4 @@
-"""The test helper tests/argo_conditions.py against what Argo documents and tests of its
+"""The test helper tests/helpers/argo_conditions.py against what Argo documents and tests of its
 resource conditions (argo-workflows v4.0.5): ``workflow/executor/resource_test.go``
 TestResourceConditionsMatching, and the conditions of ``examples/k8s-jobs.yaml``,
 ``examples/k8s-wait-wf.yaml`` and ``examples/k8s-resource-log-selector.yaml``; plus the
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.argo_conditions import Requirement, SelectorError, gjson_get, outcome, parse
+from tests.helpers.argo_conditions import Requirement, SelectorError, gjson_get, outcome, parse
 
 PHASE = ("status.phase == Succeeded", "status.phase == Error")  # resource_test.go
 K8S_JOBS = ("status.succeeded > 2", "status.failed > 1")  # examples/k8s-jobs.yaml

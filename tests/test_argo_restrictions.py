@@ -1,10 +1,11 @@
-"""Argo v4.0.5's workflowRestrictions as the controller applies them (tests/argo_restrictions.py,
-citing config/config.go, workflow/controller/operator.go setExecWorkflow and
-setStoredWfSpec, workflow/util/merge.go), what each of Strict and Secure does with a
-Workflow, and why the install sets Strict (configs/cluster/argo/
-workflow-controller-configmap.yaml): the pipeline's runs (what --submit, --cron --submit
-and the local runner send) are references with allow-listed overrides only, so Strict runs
-them, and a run keeps the spec stored at its start when --submit updates its template.
+"""Argo v4.0.5's workflowRestrictions as the controller applies them
+(tests/helpers/argo_restrictions.py, citing config/config.go,
+workflow/controller/operator.go setExecWorkflow and setStoredWfSpec,
+workflow/util/merge.go), what each of Strict and Secure does with a Workflow, and why the
+install sets Strict (configs/cluster/argo/workflow-controller-configmap.yaml): the
+pipeline's runs (what --submit, --cron --submit and the local runner send) are references
+with allow-listed overrides only, so Strict runs them, and a run keeps the spec stored at
+its start when --submit updates its template.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import yaml
 
 from flows import cifar
 from steps.common.config import PipelineConfig, load_config
-from tests import argo_restrictions as argo
-from tests import cluster_build as cb
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import CONFIGS
+from tests.helpers import argo_restrictions as argo
+from tests.helpers import cluster_build as cb
+from tests.helpers.flow_helpers import CONFIGS
+from tests.helpers.paths import REPO_ROOT
 
 RESTRICTIONS = [None, argo.STRICT, argo.SECURE]
 # the Workflow CRD the install applies (argo's cluster-install takes base/crds/full)

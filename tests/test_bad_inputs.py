@@ -24,8 +24,8 @@ import torch
 from PIL import Image
 
 from steps.common.models import CIFAR10_MEAN, CIFAR10_STD, INPUT_SHAPE, build_model
-from tests.conftest import REPO_ROOT
-from tests.contract_samples import BENCHMARK
+from tests.helpers.contract_samples import BENCHMARK
+from tests.helpers.paths import REPO_ROOT
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -118,7 +118,7 @@ def run_in_process(
     capsys.readouterr()  # what came before is not this command's
     if argv[0] == FLOW[0]:  # python flows/cifar.py ARGS: its __main__ block
         from flows import cifar
-        from flows.cli import main
+        from flows.cli.main import main
 
         def call() -> int:
             return main(argv[1:], cifar)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flows.local.workflow import LocalRunner
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 
 def bench(script: str, *args: str, timeout: float = 600) -> str:
@@ -130,7 +130,7 @@ def test_serving_quick_serves_the_champion_and_leaves_nothing_behind(
     of the table (both in-process calls, the three routes at concurrency 1 and 8, no
     errors), the targets stated against both in-process calls, the body-reading table; and
     the folder still empty (MLflow's artifacts went to the script's temporary folder)."""
-    from tests.serving_helpers import CHAMPION
+    from tests.helpers.serving_helpers import CHAMPION
 
     script = REPO_ROOT / "benchmarks" / "serving.py"
     done = subprocess.run(

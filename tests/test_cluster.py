@@ -17,10 +17,11 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from flows.local.servers.seaweedfs import SeaweedFS
 from steps.common.version import package_version
-from tests.cluster_build import CLUSTER, K8S_VERSION, VENDOR, kubectl, walk
-from tests.conftest import REPO_ROOT, SHARED
-from tests.servers import SeaweedFS
+from tests.helpers.cluster_build import CLUSTER, K8S_VERSION, VENDOR, kubectl
+from tests.helpers.k8s_refs import walk
+from tests.helpers.paths import REPO_ROOT, SHARED
 
 LOCAL_BASES = ["pipeline", "seaweedfs", "mlflow"]
 # applied after the top level: Volcano's Queue once Volcano answers; Trainer v2 for
@@ -206,7 +207,7 @@ def test_the_training_operator_gang_schedules_with_volcano() -> None:
 def test_the_trainer_runtime_the_install_applies_passes_its_crd(config: str, tmp_path) -> None:
     """docs/cluster.md renders the runtime from the config its runs use (kind's, a GPU
     cluster's: tests/test_cluster_install.py), gang-scheduled by Volcano either way."""
-    from tests.cluster_install_steps import cluster_commands, rendered_runtime
+    from tests.helpers.cluster_install_steps import cluster_commands, rendered_runtime
 
     command = f".venv/bin/python flows/cifar.py --config configs/{config}.yaml --render-runtime | "
     assert any(c.startswith(command) for c in cluster_commands()), command

@@ -1,7 +1,7 @@
 """The install's ValidatingAdmissionPolicy on what the workflow's account creates
 (configs/cluster/pipeline/admission-policy.yaml, issue 38 item 5) evaluated with a
 maintained CEL implementation, cel-python (``celpy``), as the API server evaluates it
-(tests/admission_policies.py: the matchConditions, then every validation, ``variables`` as
+(tests/helpers/admission_policies.py: the matchConditions, then every validation, ``variables`` as
 "Variable composition" defines them).
 
 Every rendered job and InferenceService of every config (and its RDMA and host-network
@@ -13,7 +13,6 @@ checking (status.typeChecking) and its CEL cost limits are not run here.
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
 import celpy
@@ -21,16 +20,12 @@ import celpy.evaluation
 import pytest
 import yaml
 
-from flows import cifar
-from flows.manifests import inferenceservice as isvc
-from flows.manifests.pod import config_args
-from steps.common.config import PipelineConfig, load_config
-from tests import admission_policies as ap
-from tests.admission_policies import PIPELINE, Variables, evaluate, params_of, referred
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import job_of
+from steps.common.config import load_config
+from tests.helpers import admission_policies as ap
+from tests.helpers.admission_policies import PIPELINE, params_of
+from tests.helpers.admission_workloads import ACCOUNT, base, policy, refusals, rendered
+from tests.helpers.paths import REPO_ROOT
 
-ACCOUNT = "system:serviceaccount:argo:cifar-pipeline"  # pipeline/rbac.yaml, in argo
 VARIANTS = [
     ("local", []),
     ("smoke", []),
@@ -41,24 +36,6 @@ VARIANTS = [
     ("cluster", ["cluster.host_network=true"]),
     ("cluster", ["cluster.rdma=true", "cluster.host_network=true"]),
 ]
-
-
-def policy() -> tuple[dict[str, Any], dict[str, Any]]:
-    return ap.policy(ap.WORKLOADS)
-
-
-def refusals(obj: dict[str, Any], params: dict[str, Any], user: str = ACCOUNT) -> list[str]:
-    """The messages the policy refuses ``obj`` with (empty: admitted)."""
-    return ap.refusals(policy()[0], obj, params, user)
-
-
-def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    template = cifar.build_template(cfg).to_dict()
-    nodes = {"nodes": "2"} if cfg.train.launcher == "pytorchjob" else {}
-    service = isvc.build_inferenceservice(
-        cfg, model_uri="models:/m/1", labels={}, settings=config_args(cfg)
-    )
-    return [job_of(template, **nodes), job_of(template), service]
 
 
 CASES = [
@@ -235,13 +212,6 @@ def hostile_cases():
             yield pytest.param(kind, what, id=f"{kind}-{what}")
 
 
-def base(kind: str, *sets: str) -> tuple[PipelineConfig, dict[str, Any]]:
-    launcher = "trainjob" if kind == "TrainJob" else "pytorchjob"
-    cfg = load_config(REPO_ROOT / "configs" / "cluster.yaml", [f"train.launcher={launcher}", *sets])
-    (multi, _, service) = rendered(cfg)
-    return cfg, service if kind == "InferenceService" else multi
-
-
 @pytest.mark.parametrize(("kind", "what"), hostile_cases())
 def test_a_hostile_object_is_refused_with_its_message(kind: str, what: str) -> None:
     cfg, obj = base(kind)
@@ -370,74 +340,3 @@ def test_a_trainjob_with_a_second_runtime_patch_is_refused() -> None:
     job["spec"]["runtimePatches"].append(second)
     (message,) = refusals(job, params_of(cfg))
     assert "one runtime patch" in message
-
-
-# --- the variables, as the API server composes them --------------------------------------
-
-
-def test_each_variable_refers_only_to_variables_before_it() -> None:
-    vap, _ = policy()
-    seen: set[str] = set()
-    for variable in vap["spec"]["variables"]:
-        assert referred(variable["expression"]) <= seen, variable["name"]
-        seen.add(variable["name"])
-    for validation in vap["spec"]["validations"]:
-        assert referred(validation["expression"]) <= seen
-
-
-def test_the_evaluator_shows_a_variable_only_those_before_it() -> None:
-    definitions = [
-        {"name": "early", "expression": "variables.late + 1"},
-        {"name": "late", "expression": "1"},
-    ]
-    activation: dict[str, Any] = {}
-    variables = Variables(definitions, activation)
-    activation["variables"] = variables
-    assert evaluate("variables.late", activation) == 1
-    assert isinstance(variables["early"], celpy.CELEvalError)
-
-
-def test_no_validation_walks_the_pod_specs_itself() -> None:
-    """Where each kind keeps its pod specs and containers is said once, in the variables;
-    the rules read variables.podSpecs, variables.containers or what is made of them. Only
-    the rules on a kind's own fields (a TrainJob's runtime and patches, a predictor's
-    runtimes) read object.spec."""
-    vap, _ = policy()
-    walks = re.compile(
-        r"pytorchReplicaSpecs|replicatedJobs|(?<!variables)\.containers|initContainers"
-        r"|securityContext|\.predictor\.volumes"
-    )
-    validations = vap["spec"]["validations"]
-    for validation in validations:
-        assert not walks.search(validation["expression"]), validation["message"]
-    readers = [v for v in validations if referred(v["expression"])]
-    kinds_own = [v for v in validations if "object.spec" in v["expression"]]
-    assert len(readers) == 10 and len(kinds_own) == 3
-    assert not [v for v in validations if v in readers and v in kinds_own]
-
-
-def depends_on(name: str) -> set[str]:
-    """The variables that read ``name``, directly or through others, and ``name``."""
-    vap, _ = policy()
-    found = {name}
-    for variable in vap["spec"]["variables"]:
-        if referred(variable["expression"]) & found:
-            found.add(variable["name"])
-    return found
-
-
-def test_a_variables_error_is_the_error_of_each_validation_that_reads_it() -> None:
-    """A replica without a pod spec: podSpecs errs, and so does every validation that
-    reads it (or a variable made of it), each refusing; the others still hold."""
-    cfg, job = base("PyTorchJob")
-    job = copy.deepcopy(job)
-    del job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
-    vap, _ = policy()
-    readers = [
-        v["message"]
-        for v in vap["spec"]["validations"]
-        if referred(v["expression"]) & depends_on("podSpecs")
-    ]
-    found = refusals(job, params_of(cfg))
-    assert len(found) == len(readers) >= 8
-    assert all(m.startswith("error") and "spec" in m for m in found), found

@@ -1,8 +1,8 @@
 """What may run in the pipeline's namespace (issue 38): the install's ValidatingAdmissionPolicy
 on Workflows, WorkflowTemplates and CronWorkflows (configs/cluster/pipeline/
 admission-policy-workflows.yaml), evaluated with cel-python as the API server evaluates it
-(tests/admission_policies.py), together with the workflow controller's templateReferencing:
-Strict (evaluated as Argo v4.0.5 applies it, tests/argo_restrictions.py).
+(tests/helpers/admission_policies.py), together with the workflow controller's templateReferencing:
+Strict (evaluated as Argo v4.0.5 applies it, tests/helpers/argo_restrictions.py).
 
 Every WorkflowTemplate, Workflow and CronWorkflow the pipeline renders (every config, both
 launchers, the RDMA, host-network and PVC variants) is admitted with its config's
@@ -14,27 +14,30 @@ layers stops it, the table saying which.
 from __future__ import annotations
 
 import copy
-import re
-from collections.abc import Callable
-from functools import cache
 from typing import Any
 
 import celpy.evaluation
 import pytest
 import yaml
 
-from flows import cifar
-from steps.common.config import PipelineConfig, load_config
-from tests import admission_policies as ap
-from tests import argo_restrictions as argo
-from tests import cluster_build as cb
-from tests.admission_policies import params_of, referred
-from tests.conftest import REPO_ROOT
-from tests.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers import admission_policies as ap
+from tests.helpers import cluster_build as cb
+from tests.helpers.admission_policies import params_of, referred
+from tests.helpers.admission_workflows import (
+    ACCOUNTS,
+    FOREIGN,
+    NAMESPACE,
+    SUBMITTER,
+    Change,
+    config,
+    hostile_template,
+    policy,
+    refusals,
+    rendered,
+    template_of,
+)
+from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
 
-NAMESPACE = "argo"
-SUBMITTER = "system:serviceaccount:argo:cifar-pipeline-submitter"  # submitter-rbac.yaml
-FOREIGN = "argo-server"  # reads Secrets cluster-wide (cluster_build.py ARGO_SERVER)
 VARIANTS = [
     ("local", []),
     ("smoke", []),
@@ -53,40 +56,6 @@ CASES = [
     for name, sets in VARIANTS
     for launcher in ("pytorchjob", "trainjob")
 ]
-
-
-def policy() -> tuple[dict[str, Any], dict[str, Any]]:
-    return ap.policy(ap.WORKFLOWS)
-
-
-def refusals(obj: dict[str, Any], params: dict[str, Any], **request: Any) -> list[str]:
-    request.setdefault("groups", ("system:serviceaccounts", "system:authenticated"))
-    return ap.refusals(policy()[0], obj, params, request.pop("user", SUBMITTER), **request)
-
-
-def config(name: str = "cluster", *sets: str) -> PipelineConfig:
-    return load_config(REPO_ROOT / "configs" / f"{name}.yaml", list(sets))
-
-
-@cache
-def _rendered(cfg_json: str) -> tuple[dict[str, Any], ...]:
-    cfg = PipelineConfig.model_validate_json(cfg_json)
-    values = {"epochs": "1", "data-source": "synthetic:64"}
-    return (
-        cifar.build_template(cfg).to_dict(),
-        cifar.build_submission(cfg, values).to_dict(),
-        cifar.build_cron_workflow(cfg, values).to_dict(),
-    )
-
-
-def rendered(cfg: PipelineConfig) -> list[dict[str, Any]]:
-    """The WorkflowTemplate, a run of it with -p values (what --submit and the local runner
-    send) and the CronWorkflow (fresh copies: a test changes them)."""
-    return copy.deepcopy(list(_rendered(cfg.model_dump_json())))
-
-
-def template_of(cfg: PipelineConfig) -> dict[str, Any]:
-    return rendered(cfg)[0]
 
 
 @pytest.mark.parametrize(("name", "sets"), CASES)
@@ -118,12 +87,6 @@ def test_the_policy_watches_what_runs_in_the_pipelines_namespace() -> None:
     assert selector == {"kubernetes.io/metadata.name": config().cluster.namespace}
     top = yaml.safe_load((cb.CLUSTER / "kustomization.yaml").read_text())
     assert "pipeline/admission-policy-workflows.yaml" in top["resources"]
-
-
-def hostile_template(cfg: PipelineConfig) -> dict[str, Any]:
-    template = template_of(cfg)
-    template["spec"]["serviceAccountName"] = FOREIGN
-    return template
 
 
 @pytest.mark.parametrize(
@@ -191,8 +154,6 @@ SECRET_READER = (
     "rules:\n- apiGroups: ['']\n  resources: [secrets]\n  verbs: [get, list]\n"
 )
 JOB = "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: x\nspec:\n  a: 1\n"
-Change = Callable[[dict[str, Any]], Any]
-ACCOUNTS = "its pods run as the pipeline's service account"
 PATCH = "no podSpecPatch"
 IMAGES = "every container image must be under the configured registry"
 TOKEN = "mounts no token of its account"
@@ -409,193 +370,6 @@ def test_the_token_rule_follows_the_config() -> None:
     found = refusals(template, params_of(config()))
     assert len(found) == 2 and found[0].startswith(ACCOUNTS), found
     assert found[1].startswith("the executor runs as the pipeline's executor account"), found
-
-
-# --- hostile runs: Workflows and CronWorkflows --------------------------------------------
-
-
-def inline_run(kind: str, cfg: PipelineConfig) -> dict[str, Any]:
-    """A Workflow or CronWorkflow with the pipeline's own templates inline: admitted
-    otherwise, it would escape nothing here but Argo's templateReferencing."""
-    obj = rendered(cfg)[1 if kind == "Workflow" else 2]
-    spec = obj["spec"] if kind == "Workflow" else obj["spec"]["workflowSpec"]
-    inline = template_of(cfg)["spec"]
-    spec.pop("workflowTemplateRef")
-    spec.update(inline)
-    return obj
-
-
-@pytest.mark.parametrize("kind", ["Workflow", "CronWorkflow"])
-def test_an_inline_run_is_refused(kind: str) -> None:
-    cfg = config()
-    (message,) = refusals(inline_run(kind, cfg), params_of(cfg))
-    assert "runs a WorkflowTemplate by reference" in message
-    hostile = inline_run(kind, cfg)
-    spec = hostile["spec"] if kind == "Workflow" else hostile["spec"]["workflowSpec"]
-    spec["serviceAccountName"] = FOREIGN
-    found = refusals(hostile, params_of(cfg))
-    assert len(found) == 2 and ACCOUNTS in found[1], found
-
-
-# Each way a Workflow (created by the submitter) could run a pod as another account, and
-# which layer stops it: the admission policy (at the API server, before anything runs) or
-# Argo's Strict templateReferencing (the controller marks the Workflow Error, no pod). The
-# hostile WorkflowTemplate is the one the submitter may create or update.
-def _by_reference(change: Change) -> Callable[[PipelineConfig], dict[str, Any]]:
-    def build(cfg: PipelineConfig) -> dict[str, Any]:
-        wf = rendered(cfg)[1]
-        change(wf)
-        return wf
-
-    return build
-
-
-def _forged_status(wf: dict[str, Any]) -> None:
-    spec = template_of(config())["spec"]
-    spec["serviceAccountName"] = FOREIGN
-    wf["status"] = {"storedWorkflowTemplateSpec": spec}
-
-
-ATTEMPTS = {  # name -> (the Workflow, its WorkflowTemplate hostile?, admission, Strict)
-    "inline templates": (lambda cfg: inline_run("Workflow", cfg), False, True, True),
-    "a spec-level account": (
-        _by_reference(lambda wf: wf["spec"].update(serviceAccountName=FOREIGN)),
-        False,
-        True,
-        True,
-    ),
-    "a podSpecPatch": (
-        _by_reference(lambda wf: wf["spec"].update(podSpecPatch='{"serviceAccountName":"x"}')),
-        False,
-        True,
-        True,
-    ),
-    "artifact GC's account (Argo's allow-list lets a reference set it)": (
-        _by_reference(lambda wf: wf["spec"].update(artifactGC={"serviceAccountName": FOREIGN})),
-        False,
-        True,
-        False,
-    ),
-    "a stored spec written into its status (Strict runs it)": (
-        _by_reference(_forged_status),
-        False,
-        True,
-        False,
-    ),
-    "a hostile WorkflowTemplate it refers to": (_by_reference(lambda wf: None), True, True, False),
-}
-
-
-def runs_as_foreign(exec_spec: dict[str, Any]) -> bool:
-    found = [
-        exec_spec.get("serviceAccountName"),
-        exec_spec.get("artifactGC", {}).get("serviceAccountName"),
-    ]
-    return FOREIGN in found or "podSpecPatch" in exec_spec
-
-
-@pytest.mark.parametrize("attempt", ATTEMPTS)
-def test_each_way_to_another_account_is_stopped_by_a_layer(attempt: str) -> None:
-    cfg = config()
-    build, hostile, by_admission, by_strict = ATTEMPTS[attempt]
-    wf = build(cfg)
-    template = hostile_template(cfg) if hostile else template_of(cfg)
-    assert bool(refusals(wf, params_of(cfg)) or refusals(template, params_of(cfg))) is by_admission
-    templates = {template["metadata"]["name"]: template}
-    try:
-        executed = argo.set_exec_workflow(copy.deepcopy(wf), templates, argo.STRICT)
-    except argo.WorkflowError:
-        assert by_strict
-    else:
-        assert not by_strict and runs_as_foreign(executed)
-    assert by_admission or by_strict
-
-
-# --- a Workflow's status: only the controller writes what runs ---------------------------
-
-STATUS = "only the workflow controller writes what a Workflow's status says runs"
-
-
-def refused_for_status(wf: dict[str, Any], params: dict[str, Any], **request: Any) -> bool:
-    found = refusals(wf, params, **request)
-    return len(found) == 1 and found[0].startswith(STATUS)
-
-
-def test_a_workflow_created_with_a_stored_spec_is_refused() -> None:
-    cfg = config()
-    wf = rendered(cfg)[1]
-    _forged_status(wf)
-    assert refused_for_status(wf, params_of(cfg))
-    for field, value in (
-        ("nodes", {"x": {"phase": "Succeeded"}}),
-        ("storedTemplates", {"namespaced/cifar-pipeline/stage": {"name": "stage"}}),
-        ("phase", "Running"),
-    ):
-        wf["status"] = {field: value}
-        assert refused_for_status(wf, params_of(cfg)), field
-
-
-# What a Workflow's status says that the controller does not act on (times, progress,
-# messages, conditions, costs, artifact GC's bookkeeping): a creator may leave it.
-INFORMATIONAL = {
-    "startedAt",
-    "finishedAt",
-    "estimatedDuration",
-    "progress",
-    "message",
-    "conditions",
-    "resourcesDuration",
-    "artifactGCStatus",
-}
-WORKFLOW_CRD = "argo/manifests/base/crds/full/argoproj.io_workflows.yaml"
-
-
-def refused_on_create() -> set[str]:
-    vap, _ = policy()
-    (rule,) = [v for v in vap["spec"]["validations"] if v["message"].startswith(STATUS)]
-    return set(re.findall(r"!has\(object\.status\.(\w+)\)", rule["expression"]))
-
-
-def test_every_status_field_the_controller_acts_on_is_refused_on_create() -> None:
-    cfg = config()
-    for field in sorted(refused_on_create()):
-        wf = rendered(cfg)[1]
-        wf["status"] = {field: "x"}
-        assert refused_for_status(wf, params_of(cfg)), field
-    source = cb.vendor_source()
-    if source is None:
-        pytest.skip(f"no vendored Argo CRDs ({cb.POPULATE}, or ../shared/vendor/cluster)")
-    crd = yaml.load((source / WORKFLOW_CRD).read_text(), Loader=yaml.CSafeLoader)
-    (version,) = crd["spec"]["versions"]
-    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    assert set(status) == refused_on_create() | INFORMATIONAL
-    assert not refused_on_create() & INFORMATIONAL
-
-
-def test_a_workflow_created_with_an_empty_status_is_admitted() -> None:
-    """Argo's Go clients (the argo-server's CreateWorkflow) send the zero status: its
-    times null, which the API server prunes, leaving {}."""
-    cfg = config()
-    wf = rendered(cfg)[1]
-    wf["status"] = {}
-    assert refusals(wf, params_of(cfg)) == []
-
-
-def test_an_update_may_not_change_the_stored_spec() -> None:
-    cfg = config()
-    old = rendered(cfg)[1]
-    old["metadata"]["name"] = "cifar-x7k2p"
-    stored = template_of(cfg)["spec"]
-    old["status"] = {"phase": "Failed", "storedWorkflowTemplateSpec": stored, "nodes": {}}
-    retried = copy.deepcopy(old)  # `argo retry`: the phase and nodes reset, the spec kept
-    retried["status"].update(phase="Running", nodes={"x": {"phase": "Pending"}})
-    assert refusals(retried, params_of(cfg), operation="UPDATE", old=old) == []
-    forged = copy.deepcopy(old)
-    forged["status"]["storedWorkflowTemplateSpec"]["serviceAccountName"] = FOREIGN
-    assert refused_for_status(forged, params_of(cfg), operation="UPDATE", old=old)
-    dropped = copy.deepcopy(old)
-    del dropped["status"]["storedWorkflowTemplateSpec"]
-    assert refused_for_status(dropped, params_of(cfg), operation="UPDATE", old=old)
 
 
 # --- what a resource template's text cannot bound: RBAC -----------------------------------

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from steps.common.config import load_config
-from tests import cluster_build
-from tests.cluster_build import POPULATE, SHARED_VENDOR, VENDOR
-from tests.cluster_pods import workflow_pods
-from tests.conftest import REPO_ROOT
+from tests.helpers import cluster_build
+from tests.helpers.cluster_build import POPULATE, SHARED_VENDOR, VENDOR
+from tests.helpers.cluster_pods import workflow_pods
+from tests.helpers.paths import REPO_ROOT
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 # Baseline, "Capabilities": the list a container may add

@@ -7,7 +7,7 @@ may make every Kubernetes request the server makes for the flow's own requests, 
 e2e.yml make its token, as docs/access-token.md makes one, before they submit.
 
 The flow's requests are recorded from real ``--submit --wait`` and ``--cron --submit``
-runs against tests/test_flow_submit.py's stand-in server; what the server does with each
+runs against tests/helpers/fake_argo.py's stand-in server; what the server does with each
 is read from Argo v4.0.5 (cited at ``SERVER``). Only a cluster proves the token reaches the
 server: e2e.yml submits with it on kind.
 """
@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
 
 import pytest
 
-from flows import cifar, cli
+from flows import cifar
+from flows.cli import main as cli
 from steps.common.config import load_config
-from tests import admission_policies as ap
-from tests import argo_restrictions
-from tests import cluster_build as cb
-from tests.cluster_install_steps import cluster_commands, quick_start_commands
-from tests.k8s_rbac import Rbac, Request, ServiceAccount
-from tests.test_cluster_install import e2e_commands
-from tests.test_flow_submit import CLUSTER_READY, ENVIRONMENT, SMOKE, TOKEN, FakeArgo
+from tests.helpers import admission_policies as ap
+from tests.helpers import argo_restrictions
+from tests.helpers import cluster_build as cb
+from tests.helpers import k8s_refs as refs
+from tests.helpers.cluster_install_steps import cluster_commands, e2e_commands, quick_start_commands
+from tests.helpers.fake_argo import CLUSTER_READY, SMOKE, FakeArgo
+from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
 
 pytestmark = pytest.mark.filterwarnings("ignore:The `json` method is deprecated")
 NAMESPACE = "argo"
@@ -73,19 +73,6 @@ UI = [
 ROUTE = re.compile(
     r"/api/v1/(workflows|workflow-templates|cron-workflows)/[^/?]+(/[^/?]+)?(/[^/?]+)?(?:\?.*)?"
 )
-
-
-@pytest.fixture
-def argo(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeArgo]:
-    fake = FakeArgo()
-    fake.thread.start()
-    for name in (*ENVIRONMENT, "GIT_COMMIT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ARGO_HOST", fake.host)
-    monkeypatch.setenv("ARGO_TOKEN", TOKEN)
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
 
 
 def install() -> Rbac:
@@ -185,7 +172,9 @@ def test_the_submitter_may_do_nothing_more() -> None:
 
 def test_the_submitter_account_mounts_no_token_in_any_pod() -> None:
     (account,) = [
-        d for d in cb.own_objects() if cb.key_of(d) == ("ServiceAccount", NAMESPACE, SUBMITTER.name)
+        d
+        for d in cb.own_objects()
+        if refs.key_of(d) == ("ServiceAccount", NAMESPACE, SUBMITTER.name)
     ]
     assert account["automountServiceAccountToken"] is False
 

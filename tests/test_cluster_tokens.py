@@ -22,9 +22,10 @@ import pytest
 
 from flows import cifar
 from steps.common.config import PipelineConfig, load_config
-from tests import cluster_build as cb
-from tests.conftest import REPO_ROOT
-from tests.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers import cluster_build as cb
+from tests.helpers import k8s_refs as refs
+from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers.paths import REPO_ROOT
 
 CONFIGS = ["local", "smoke", "cluster", "kind"]
 CASES = [(name, launcher) for name in CONFIGS for launcher in ("pytorchjob", "trainjob")]
@@ -116,9 +117,9 @@ def test_the_executor_accounts_token_secret_is_installed() -> None:
     fills, for the executor account."""
     c = PipelineConfig().cluster
     key = ("Secret", c.namespace, TOKEN_SECRET.format(c.executor_service_account))
-    (secret,) = [d for d in own() if cb.key_of(d) == key]
+    (secret,) = [d for d in own() if refs.key_of(d) == key]
     assert secret["type"] == SA_TOKEN_TYPE
     assert secret["metadata"]["annotations"][SA_NAME_ANNOTATION] == c.executor_service_account
     assert ("ServiceAccount", c.namespace, c.executor_service_account) in {
-        cb.key_of(d) for d in own()
+        refs.key_of(d) for d in own()
     }

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster_build import vendor
-from tests.conftest import REPO_ROOT
+from tests.helpers.cluster_build import vendor
+from tests.helpers.paths import REPO_ROOT
 
 CLUSTER = REPO_ROOT / "configs" / "cluster"
 VENDOR = CLUSTER / "vendor"

@@ -16,7 +16,7 @@ from steps.common.config import (
     with_overrides,
 )
 from steps.common.version import package_version
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 CONFIGS = sorted((REPO_ROOT / "configs").glob("*.yaml"))
 

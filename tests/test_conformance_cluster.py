@@ -1,10 +1,10 @@
 """configs/cluster against what the pipeline does on a cluster: every account has the verbs
-its component uses (computed from the built RBAC with tests.k8s_rbac), the argo-server is
+its component uses (computed from the built RBAC with tests.helpers.k8s_rbac), the argo-server is
 reachable from no pod, and every object a rendered workflow or job names exists in the
 build or is one docs/cluster.md has the user create (``optional`` where it says so).
 
 Offline: the repository's layers are built with ``kubectl kustomize`` and the upstream facts
-are the cited constants of tests.cluster_build; the last test checks those constants against
+are the cited constants of tests.helpers.cluster_build; the last test checks those constants against
 the vendored upstream manifests whenever a checkout has them.
 """
 
@@ -22,14 +22,15 @@ from hera.workflows import WorkflowTemplate
 
 from flows import cifar
 from flows.manifests import inferenceservice as isvc
-from flows.manifests.pod import config_args, pod_env, predictor_env
-from flows.serving_step import serving_templates
+from flows.manifests.shared_pod import config_args, pod_env, predictor_env
+from flows.pipeline.serving_templates import serving_templates
 from steps.common.config import PipelineConfig, load_config
-from tests import cluster_build as cb
-from tests.cluster_install_steps import cluster_commands, rendered_runtime
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import run_of
-from tests.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers import cluster_build as cb
+from tests.helpers import k8s_refs as refs
+from tests.helpers.cluster_install_steps import cluster_commands, rendered_runtime
+from tests.helpers.flow_helpers import run_of
+from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
+from tests.helpers.paths import REPO_ROOT
 
 CONFIGS = ["local", "smoke", "cluster", "kind"]
 LAUNCHERS = ["pytorchjob", "trainjob"]
@@ -86,80 +87,11 @@ def install_rendered() -> tuple[dict[str, Any], ...]:
 
 
 def created() -> set[tuple[str, str | None, str]]:
-    return {cb.key_of(doc) for doc in [*own(), *install_rendered()]}
+    return {refs.key_of(doc) for doc in [*own(), *install_rendered()]}
 
 
 def rbac(*extra: dict[str, Any]) -> Rbac:
     return Rbac([*own(), *extra])
-
-
-# --- the evaluator itself -------------------------------------------------------------
-
-
-def _role(kind: str, name: str, rule: dict[str, Any], namespace: str | None = None):
-    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
-    return {"kind": kind, "metadata": meta, "rules": [rule]}
-
-
-def _binding(ref: str, subject: dict[str, str], namespace: str | None = None):
-    kind = "RoleBinding" if namespace else "ClusterRoleBinding"
-    meta = {"name": "b", **({"namespace": namespace} if namespace else {})}
-    ref_kind = "Role" if ref == "cache" else "ClusterRole"
-    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": ref_kind, "name": ref}
-    return {"kind": kind, "metadata": meta, "roleRef": role_ref, "subjects": [subject]}
-
-
-CACHE_RULE = {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["c1"]}
-SAMPLE = [
-    _role("Role", "cache", {**CACHE_RULE, "verbs": ["get", "create"]}, namespace="a"),
-    # a ServiceAccount subject without namespace: the RoleBinding's own
-    _binding("cache", {"kind": "ServiceAccount", "name": "t"}, namespace="a"),
-    _role(
-        "ClusterRole", "secrets", {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
-    ),
-    _binding("secrets", {"kind": "ServiceAccount", "name": "t", "namespace": "a"}, namespace="c"),
-    _role("ClusterRole", "all", {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}),
-    _binding("all", {"kind": "Group", "name": "system:serviceaccounts:z"}),
-]
-T, OTHER, Z = ServiceAccount("a", "t"), ServiceAccount("a", "u"), ServiceAccount("z", "admin")
-
-
-@pytest.mark.parametrize(
-    ("account", "request_", "allowed"),
-    [
-        pytest.param(
-            T, Request("get", "", "configmaps", "a", "c1"), True, id="role-in-its-namespace"
-        ),
-        pytest.param(T, Request("get", "", "configmaps", "a", "c2"), False, id="other-name"),
-        pytest.param(T, Request("create", "", "configmaps", "a"), False, id="create-has-no-name"),
-        pytest.param(
-            T, Request("update", "", "configmaps", "a", "c1"), False, id="verb-not-granted"
-        ),
-        pytest.param(T, Request("get", "apps", "configmaps", "a", "c1"), False, id="other-group"),
-        pytest.param(T, Request("get", "", "configmaps", "b", "c1"), False, id="other-namespace"),
-        pytest.param(OTHER, Request("get", "", "configmaps", "a", "c1"), False, id="other-account"),
-        pytest.param(
-            T, Request("get", "", "secrets", "c", "s"), True, id="clusterrole-by-rolebinding"
-        ),
-        pytest.param(
-            T, Request("get", "", "secrets", "a", "s"), False, id="rolebinding-stays-home"
-        ),
-        pytest.param(
-            Z, Request("delete", "x.io", "things", "q", "n"), True, id="wildcards-by-group"
-        ),
-        pytest.param(Z, Request("create", "", "namespaces"), True, id="cluster-scoped"),
-        pytest.param(T, Request("create", "", "namespaces"), False, id="no-cluster-binding"),
-    ],
-)
-def test_rbac_evaluator(account: ServiceAccount, request_: Request, allowed: bool) -> None:
-    assert Rbac(SAMPLE).allows(account, request_) is allowed
-
-
-def test_rbac_evaluator_refuses_aggregated_roles() -> None:
-    selectors = {"clusterRoleSelectors": [{"matchLabels": {"aggregate-to-all": "true"}}]}
-    aggregated = {"kind": "ClusterRole", "metadata": {"name": "all"}, "aggregationRule": selectors}
-    with pytest.raises(ValueError, match="aggregated"):
-        Rbac([*SAMPLE[:-2], aggregated, SAMPLE[-1]]).allows(Z, Request("get", "", "pods", "q"))
 
 
 # --- RBAC coverage ----------------------------------------------------------------------
@@ -195,7 +127,7 @@ def _resource_requests(cfg: PipelineConfig) -> set[tuple[str, str, str]]:
             action = resource["action"]
             # a delete without a manifest names its kind in its flags, and the object by
             # name or by --selector; a create or apply, in its manifest
-            manifest = cb.template_manifest(template)
+            manifest = refs.template_manifest(template)
             if manifest is None:
                 kind = cb.KINDS_BY_RESOURCE[resource["flags"][0]]
                 if "--selector" not in resource["flags"]:
@@ -217,7 +149,7 @@ def _owner_requests(
     manifest: dict[str, Any] | None, group: str, plural: str
 ) -> set[tuple[str, str, str]]:
     """What OwnerReferencesPermissionEnforcement asks of whoever creates ``manifest``
-    (tests.cluster_build.OWNED_VERB and OWNER_FINALIZERS_VERB)."""
+    (tests.helpers.cluster_build.OWNED_VERB and OWNER_FINALIZERS_VERB)."""
     owners = ((manifest or {}).get("metadata") or {}).get("ownerReferences") or []
     wanted = {(group, plural, cb.OWNED_VERB)} if owners else set()
     for owner in owners:
@@ -299,14 +231,14 @@ CASES = [
 def test_every_object_a_workflow_names_exists(name: str, launcher: str) -> None:
     known = created() | set(HAND_MADE)
     for doc in rendered(config(name, launcher)):
-        missing = sorted(r.key for r in cb.references(doc) if r.key not in known)
+        missing = sorted(r.key for r in refs.references(doc) if r.key not in known)
         assert not missing, f"{name}: named but not created by configs/cluster: {missing}"
 
 
 @pytest.mark.parametrize(("name", "launcher"), CASES)
 def test_optional_secrets_are_referenced_optional(name: str, launcher: str) -> None:
     for doc in rendered(config(name, launcher)):
-        for ref in cb.references(doc):
+        for ref in refs.references(doc):
             if HAND_MADE.get(ref.key):
                 assert ref.optional, f"{ref.name} is optional (docs/cluster.md), not optional: true"
 
@@ -314,8 +246,8 @@ def test_optional_secrets_are_referenced_optional(name: str, launcher: str) -> N
 def test_every_object_the_build_names_exists() -> None:
     known = created() | set(HAND_MADE)
     for doc in [*own(), *cb.own_patches()]:
-        missing = sorted(r.key for r in cb.references(doc) if r.key not in known)
-        assert not missing, f"{cb.key_of(doc)} names {missing}"
+        missing = sorted(r.key for r in refs.references(doc) if r.key not in known)
+        assert not missing, f"{refs.key_of(doc)} names {missing}"
 
 
 def test_the_cluster_page_has_the_user_create_each_hand_made_object() -> None:
@@ -397,11 +329,11 @@ def test_upstream_facts_hold_in_vendored_manifests() -> None:
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_serving_pods_name_only_hand_made_secrets(name: str) -> None:
     """The cifar-serve pods (the InferenceService's predictor) reference the predictor's own
-    Secrets (flows.manifests.pod.predictor_env), in the namespace the service lives in, and
+    Secrets (flows.manifests.shared_pod.predictor_env), in the namespace the service lives in, and
     none of the steps' (pod_env): the pod that serves the world holds no key that writes."""
     cfg = config(name)
     service = isvc.build_inferenceservice(cfg, model_uri="models:/m/1", labels={})
-    found = {r.key for r in cb.references(service)}
+    found = {r.key for r in refs.references(service)}
     ns = cfg.cluster.namespace
     wanted = {("Secret", ns, spec.secret) for spec in predictor_env(cfg) if spec.secret}
     assert found == wanted and found <= set(HAND_MADE), found

@@ -3,7 +3,7 @@
 For every config in configs/ and both launchers, the WorkflowTemplate is rendered (each
 manifest a ``manifestFrom`` raw artifact, filled with the parameters' defaults as Argo
 fills it, a multi-node job with ``nodes=2``), and each resource template's
-conditions are evaluated as Argo v4.0.5 evaluates them (tests/argo_conditions.py) against
+conditions are evaluated as Argo v4.0.5 evaluates them (tests/helpers/argo_conditions.py) against
 the statuses each operator gives a job under the job's own restartPolicy:
 
 - Training Operator v1.9.4 (PyTorchJob): conditions through ``pkg/util/status.go``
@@ -36,18 +36,25 @@ import pytest
 import yaml
 from hera.workflows import WorkflowTemplate
 
-from flows import cifar, cli
+from flows import cifar
 from flows.cifar import build_template
+from flows.cli import main as cli
 from flows.local.expr.evaluate import environment, evaluate, render
 from flows.manifests import trainjob
 from flows.manifests.names import labels
-from flows.manifests.pod import config_args
-from flows.serving_step import serving_templates
-from flows.train_step import delete_when
+from flows.manifests.shared_pod import config_args
+from flows.pipeline.serving_templates import serving_templates
+from flows.pipeline.train_templates import delete_when
 from steps.common.config import load_config
-from tests import test_inferenceservice as ti
-from tests.argo_conditions import outcome, parse
-from tests.flow_helpers import CONFIGS, VALIDATOR, argo_substitute, parameter_values, templates
+from tests.helpers import isvc_rollout as ti
+from tests.helpers.argo_conditions import outcome, parse
+from tests.helpers.flow_helpers import (
+    CONFIGS,
+    VALIDATOR,
+    argo_substitute,
+    parameter_values,
+    templates,
+)
 
 LAUNCHERS = ("pytorchjob", "trainjob")
 WORKFLOW_OWNER = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow"}
@@ -255,12 +262,12 @@ def test_every_render_and_its_jobs_pass_the_crds(tmp_path: Path, capsys) -> None
     assert "job manifests from manifestFrom raw artifacts checked too" in done.stdout
 
 
-# --- the champion's InferenceService (KServe v0.19.0, tests/kserve_status.py) ---------------
+# --- the champion's InferenceService (KServe v0.19.0, tests/helpers/kserve_status.py) -----
 
 
 def applied_services(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """(where, resource template, service as applied) for every ``apply`` of the rendered
-    pipeline (once its DAG holds the deploy step) and of flows.serving_step itself."""
+    pipeline (once its DAG holds the deploy step) and of flows.pipeline.serving_templates itself."""
     cfg = load_config(path, [])
     docs = [("template", build_template(cfg).to_dict())]
     with WorkflowTemplate(name="serving", entrypoint="deploy") as serving:

@@ -13,8 +13,8 @@ import yaml
 from flows.cifar import build_template
 from steps.common.config import load_config
 from steps.common.config.loader import dump_config
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import CONFIGS, argo_substitute, job_of, parameter_values, templates
+from tests.helpers.flow_helpers import CONFIGS, argo_substitute, job_of, parameter_values, templates
+from tests.helpers.paths import REPO_ROOT
 
 
 def step_args(wf: dict[str, Any]) -> dict[str, list[str]]:

@@ -16,7 +16,7 @@ import pytest
 
 from steps.common.contracts import ContractError, VariantsManifest
 from steps.common.serving.serving_manifest import ManifestError, ServingManifest
-from tests.contract_samples import BENCHMARK, PROMOTION, SERVING, SUMMARY, VARIANTS
+from tests.helpers.contract_samples import BENCHMARK, PROMOTION, SERVING, SUMMARY, VARIANTS
 
 CONTRACTS = {  # each contract: a document of it, and fields whose absence is named so
     "variants.json": (VARIANTS, [("variants", "onnx", "status"), ("batch_range", "max"),

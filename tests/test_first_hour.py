@@ -20,14 +20,14 @@ import pytest
 import yaml
 from rich.console import Console
 
-from flows import hints
 from flows.cifar import build_template
+from flows.cli import hints
+from flows.local.servers.seaweedfs import free_port
 from flows.local.status import RunResult, TaskRecord, TaskState
 from flows.local.view import LiveView, print_summary
 from flows.local.workflow import LocalRunner
 from steps.common.config import load_config
-from tests.conftest import REPO_ROOT
-from tests.servers import free_port
+from tests.helpers.paths import REPO_ROOT
 
 CIFAR = REPO_ROOT / "flows" / "cifar.py"
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"

@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows import cifar, cli
-from flows.manifests.names import APP, FlowError
+from flows import cifar
+from flows.cli import main as cli
+from flows.cli import serve
+from flows.errors import FlowError
+from flows.manifests.names import APP
 from steps.common.config import ConfigError, load_config
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 
 def test_render_as_a_script_from_the_repo_root() -> None:
@@ -33,7 +36,7 @@ def test_render_as_a_script_from_the_repo_root() -> None:
     )
     assert done.returncode == 0, done.stderr
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()]
-    assert "flows.cli" in imported and "flows.cifar" not in imported
+    assert "flows.cli.main" in imported and "flows.cifar" not in imported
     template, cron = yaml.safe_load_all(done.stdout)
     assert (template["kind"], template["metadata"]["name"]) == (
         "WorkflowTemplate",
@@ -83,7 +86,7 @@ def test_no_mode_flag_runs_the_workflow_locally(monkeypatch) -> None:
     # what --submit runs: a Workflow of the WorkflowTemplate, -p values as its arguments
     # (--set in the template's defaults, -p in the run's parameters: the manifest is all)
     assert wf["kind"] == "Workflow" and wf["spec"]["workflowTemplateRef"] == {"name": APP}
-    # closing: the CLI's lines after the run (flows/hints.py), as tests/test_first_hour.py runs
+    # closing: the CLI's lines after the run (flows/cli/hints.py), as tests/test_first_hour.py runs
     assert set(kw) == {
         "workflow_templates",
         "parameters",
@@ -114,8 +117,8 @@ def test_serve_runs_the_champions_server(
     argv: list[str], model: str, tail: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    args = cli.build_serve_parser().parse_args(argv)
-    command, env = cli.serve_command(args, load_config(None, args.overrides))
+    args = serve.build_serve_parser().parse_args(argv)
+    command, env = serve.serve_command(args, load_config(None, args.overrides))
     assert command[1:7] == ["-m", "steps.serve", "--model-uri", model, "--host", "127.0.0.1"]
     assert command[7 : 7 + len(tail)] == tail
     # the local run's store, made absolute as a local run makes it

@@ -12,11 +12,11 @@ import mlflow
 import pytest
 
 from flows.cifar import build_template
-from flows.tracking_step import PICTURES
+from flows.pipeline.mlflow_templates import PICTURES
 from steps import tracking
 from steps.common.config import load_config
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import CONFIGS, templates
+from tests.helpers.flow_helpers import CONFIGS, templates
+from tests.helpers.paths import REPO_ROOT
 
 
 def test_the_flow_names_the_pictures_close_run_copies() -> None:

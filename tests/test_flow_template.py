@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from flows.cifar import build_template
-from flows.manifests.pod import config_args
-from flows.train_step import ARGO_WORKFLOW_LABEL
+from flows.manifests.shared_pod import config_args
+from flows.pipeline.train_templates import ARGO_WORKFLOW_LABEL
 from steps.common.config import load_config
-from tests.flow_helpers import (
+from tests.helpers.flow_helpers import (
     CONFIGS,
     argo_substitute,
     described_job,
@@ -24,7 +24,7 @@ from tests.flow_helpers import (
     train_tasks,
     when_holds,
 )
-from tests.job_checks import GPU, NPROC, comparable_job, config_of, webhook_problems
+from tests.helpers.job_checks import GPU, NPROC, comparable_job, config_of, webhook_problems
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -91,7 +91,7 @@ def test_a_gang_of_every_pod_follows_nodes() -> None:
 def test_the_staging_cache_key_is_hashed_from_the_source_parameter() -> None:
     stage = templates(build_template(load_config(CONFIGS[0])).to_dict())["stage"]
     key = stage["memoize"]["key"]
-    # flows/memo_keys.py: the parameters part, a tag Argo evaluates per run
+    # flows/pipeline/memo_keys.py: the parameters part, a tag Argo evaluates per run
     assert key.endswith(
         "-p{{=sprig.trunc(12, sprig.sha256sum(workflow.parameters['data-source']))}}"
     )

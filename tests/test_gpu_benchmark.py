@@ -24,7 +24,7 @@ from benchmarks.gpu_child import Outcome, run_child
 from benchmarks.gpu_inference import InferenceRow
 from benchmarks.learnable_data import learnable_cifar
 from steps.common.config import TrainConfig
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 # What the GPU machines this project borrows do not have (the device's KINDS.md): every
 # finder is told to find none of them, so importing one fails as it would there and

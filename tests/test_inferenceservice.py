@@ -1,13 +1,12 @@
 """The champion's InferenceService and the deploy / rollback templates, checked as KServe
 v0.19.0 and Argo v4.0.5 would take them, without a cluster: the manifest against the CRD
 (../shared/tools/validate_manifests.py, after Argo's parameter substitution), and the
-resource conditions evaluated as Argo evaluates them (tests/argo_conditions.py) against
-the statuses KServe's reconciler writes (tests/kserve_status.py, which cites the files)."""
+resource conditions evaluated as Argo evaluates them (tests/helpers/argo_conditions.py) against
+the statuses KServe's reconciler writes (tests/helpers/kserve_status.py, which cites the files)."""
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,23 +17,18 @@ import yaml
 from hera.workflows import WorkflowTemplate
 from kubernetes.utils.quantity import parse_quantity
 
-from flows import serving_step
 from flows.manifests import inferenceservice as isvc
 from flows.manifests.names import dns1035
-from flows.manifests.pod import config_args
-from flows.serving_step import FAILURE, SUCCESS, serving_templates
+from flows.manifests.shared_pod import config_args
+from flows.pipeline import serving_templates as serving
+from flows.pipeline.serving_templates import FAILURE, SUCCESS, serving_templates
 from steps.common.config import PipelineConfig, load_config
-from tests import cluster_build
-from tests import kserve_status as ks
-from tests.argo_conditions import LABEL_VALUE, outcome, parse
-from tests.cluster_build import POPULATE
-from tests.flow_helpers import CONFIGS, VALIDATOR
-
-VALUES = {"model-uri": "models:/cifar10-classifier/7", "run-id": "0123456789abcdef" * 2}
-VALUES |= {"model-version": "7", "previous-version": "6"}
-# the benchmark's choice: v7 runs a torch variant, v6 portable ones (registered_model.SERVED_BY)
-VALUES |= {"serving-image": "ghcr.io/cifar-pipeline/cifar-optimize:0.1.0"}
-VALUES |= {"previous-serving-image": "ghcr.io/cifar-pipeline/cifar-serve:0.1.0"}
+from tests.helpers import cluster_build
+from tests.helpers import kserve_status as ks
+from tests.helpers.argo_conditions import LABEL_VALUE, outcome, parse
+from tests.helpers.cluster_build import POPULATE
+from tests.helpers.flow_helpers import CONFIGS, VALIDATOR
+from tests.helpers.isvc_rollout import DEPLOY, VALUES, applied, status_of
 
 
 def rendered(cfg: PipelineConfig) -> dict[str, Any]:
@@ -47,16 +41,6 @@ def rendered(cfg: PipelineConfig) -> dict[str, Any]:
 
 def by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["name"]: t for t in doc["spec"]["templates"]}
-
-
-def applied(template: dict[str, Any]) -> dict[str, Any]:
-    """The manifest ``kubectl apply`` gets: the raw artifact ``manifestFrom`` names, the
-    inputs substituted as Argo does."""
-    assert template["resource"]["manifestFrom"] == {"artifact": {"name": "manifest"}}
-    (artifact,) = template["inputs"]["artifacts"]
-    text = artifact["raw"]["data"]
-    pattern = r"\{\{inputs\.parameters\.([a-z-]+)\}\}"
-    return yaml.safe_load(re.sub(pattern, lambda match: VALUES[match.group(1)], text))
 
 
 def container(service: dict[str, Any]) -> dict[str, Any]:
@@ -179,82 +163,6 @@ def test_the_rollback_delete_names_the_service_and_waits_for_nothing_else() -> N
 # --- the conditions, as Argo decides them over KServe's statuses ---------------------------
 
 
-def _ready(name: str, ns: str) -> ks.Rollout:
-    """A first rollout that completed: the previous version Ready."""
-    return (
-        ks.Rollout(name, ns)
-        .apply()
-        .deployment(ks.NEW, ["running"])
-        .deployment(ks.COMPLETE, ["ready"])
-    )
-
-
-def _rollout(case: str, name: str, ns: str) -> ks.Rollout:
-    """The service at each point, reconciled only when KServe's watches fire
-    (tests/kserve_status.py Rollout): a container crashing writes nothing."""
-    first = ks.Rollout(name, ns).apply()
-    if case == "pods-refused":
-        return first.deployment(ks.REFUSED, [])
-    if case == "unschedulable-past-deadline":  # no node fits: the pod stays Pending
-        return first.deployment(ks.NEW, ["pending"]).deployment(ks.NEW_TIMED_OUT, ["pending"])
-    if case == "rolling-out":
-        return first.deployment(ks.NEW, ["running"])
-    if case in ("crashed", "crash-looping", "crash-looping-past-deadline"):
-        crashing = first.deployment(ks.NEW, ["running"])
-        crashing.pods(["error" if case == "crashed" else "crash-loop"])
-        if case == "crash-looping-past-deadline":  # the Deployment gives up: a reconcile
-            crashing.deployment(ks.NEW_TIMED_OUT, ["crash-loop"])
-        return crashing
-    service = _ready(name, ns)
-    if case == "ready":
-        return service
-    if case == "re-applied":  # Argo's first GET, before KServe reconciled the new spec
-        return service
-    # KServe has reconciled the new spec: a second ReplicaSet rolls, the old pod serving
-    service.apply().deployment(ks.UPDATING, ["ready", "running"])
-    if case in ("update-crash-looping", "update-crash-looping-past-deadline"):
-        service.pods(["ready", "crash-loop"])
-    if case.endswith("past-deadline"):
-        service.deployment(ks.UPDATE_TIMED_OUT, service.pod_states)
-    return service
-
-
-def status_of(case: str, name: str = "cifar10-classifier", ns: str = "argo") -> dict[str, Any]:
-    """The service's status as a GET reads it at each point of its rollout."""
-    if case == "created":
-        return {}
-    if case == "reconcile-failed":  # a component's error: status written, no Stopped yet
-        status: dict[str, Any] = {}
-        ks.reconcile(status, name, ns, ks.NEW, ["running"])
-        ks.mark(status, "PredictorReady", "False", "ReconcileFailed")
-        return status
-    return _rollout(case, name, ns).status
-
-
-DEPLOY = {  # case -> what Argo decides for `deploy`
-    "created": "waiting",
-    "rolling-out": "waiting",
-    "reconcile-failed": "waiting",  # KServe retries; a lasting one meets the deadline
-    "unschedulable-past-deadline": "waiting",  # nothing reports it: the deadline ends it
-    # A first rollout whose container crashes: no reconcile until the Deployment's progress
-    # deadline, and then PredictorReady says MinimumReplicasUnavailable, as during every
-    # first rollout. FailedToLoad is written at that reconcile, but it also stays in the
-    # status a later deploy reads first (Argo's GET right after its apply), so it is no
-    # failure condition: the step's deadline, serving.ready_timeout_s, ends these.
-    "crashed": "waiting",
-    "crash-looping": "waiting",
-    "crash-looping-past-deadline": "waiting",
-    "ready": "succeeded",
-    # the known limit (flows/serving_step.py): serve-check waits for the version instead
-    "re-applied": "succeeded",
-    "updating": "waiting",
-    "update-crash-looping": "waiting",  # serve-check, waiting for the version, ends it
-    "update-crash-looping-past-deadline": "failed",  # ProgressDeadlineExceeded
-    "update-past-deadline": "failed",
-    "pods-refused": "failed",
-}
-
-
 def test_a_crashing_container_writes_nothing_until_the_deployment_changes() -> None:
     """KServe v0.19.0 reconciles a pod's change only when its init containers' statuses
     change (controller.go podInitContainersPredicate); a crash-looping kserve-container
@@ -290,7 +198,7 @@ def test_kserve_keeps_ready_where_the_conditions_look() -> None:
     for case in DEPLOY:
         conditions = [c["type"] for c in status_of(case).get("conditions", [])]
         if conditions:
-            assert conditions[serving_step.PREDICTOR_AT : serving_step.READY_AT + 1] == [
+            assert conditions[serving.PREDICTOR_AT : serving.READY_AT + 1] == [
                 "PredictorReady",
                 "Ready",
             ], case

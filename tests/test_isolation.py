@@ -6,7 +6,7 @@ and summary.json; a required variant that crashes fails the step in one line. Th
 benchmark's first load and run of a variant is guarded the same way: an AOTInductor
 package whose library crashes when it loads is listed as failed, the others measured.
 
-The faulty builders (tests/faulty_builders.py) reach a real run through the config
+The faulty builders (tests/helpers/faulty_builders.py) reach a real run through the config
 (``optimize.extra_variants``, a variant made by a builder of your own), so nothing in the
 steps reads a test-only variable. ``steps.common.isolation.Worker`` is tested on its own
 first: a job in a spawned child, each way of failing."""
@@ -28,11 +28,11 @@ import pytest
 from steps.common.contracts.variants import VariantsManifest
 from steps.common.isolation import ChildFailed, Worker, innermost_frame
 from steps.optimize import step as optimize
-from tests.conftest import REPO_ROOT
-from tests.faulty_builders import extra, job
-from tests.model_bundle import Bundle, bench_args, optimize_args
+from tests.helpers.faulty_builders import extra, job
+from tests.helpers.model_bundle import Bundle, bench_args, optimize_args
+from tests.helpers.paths import REPO_ROOT
 
-FAULTY = Path(REPO_ROOT / "tests" / "faulty_builders.py")
+FAULTY = Path(REPO_ROOT / "tests" / "helpers" / "faulty_builders.py")
 AT = re.escape(str(FAULTY))
 # (builder, cause, signal, the innermost frame's file and function)
 FAULTS = [
@@ -85,15 +85,15 @@ def test_jobs_per_process(tmp_path: Path, per_process: int | None, started: int)
 def test_a_named_set_up_runs_in_the_child_alone(tmp_path: Path) -> None:
     """``module:function`` set-up and jobs are imported in the child, started ahead of the
     first job; a set-up that raises fails that job, and the next one starts afresh."""
-    with Worker("tests.faulty_builders:set_up", tmp_path, setup_arg="answers") as worker:
+    with Worker("tests.helpers.faulty_builders:set_up", tmp_path, setup_arg="answers") as worker:
         worker.start()
-        assert worker.run("tests.faulty_builders:job", "answers", LIMIT_S, "build")["pid"]
+        assert worker.run("tests.helpers.faulty_builders:job", "answers", LIMIT_S, "build")["pid"]
         worker.close()
         worker.setup_arg = "raises"
         with pytest.raises(ChildFailed, match=r"^build \(starting its process\): NotImpl"):
-            worker.run("tests.faulty_builders:job", "answers", LIMIT_S, "build")
+            worker.run("tests.helpers.faulty_builders:job", "answers", LIMIT_S, "build")
         worker.setup_arg = "answers"
-        assert worker.run("tests.faulty_builders:job", "answers", LIMIT_S, "build")["pid"]
+        assert worker.run("tests.helpers.faulty_builders:job", "answers", LIMIT_S, "build")["pid"]
     assert worker.started == 3
 
 
@@ -139,7 +139,7 @@ def faulty_run(bundle: Bundle, tmp_path_factory, mlflow_server) -> dict:
     extras = [extra(name, name) for name, *_ in FAULTS]
     extras.append(
         extra("after", "build_torchscript").replace(
-            "tests.faulty_builders:", "steps.optimize.builders:"
+            "tests.helpers.faulty_builders:", "steps.optimize.builders:"
         )
     )
     args = optimize_args(

@@ -13,7 +13,7 @@ import pytest
 
 from flows.local.errors import UnsupportedFeature
 from flows.local.workflow import LocalRunner
-from tests.local_examples import EXAMPLES, run, states
+from tests.helpers.local_examples import EXAMPLES, run, states
 
 
 def container(name: str, script: str, **extra: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from flows.local.errors import ExpressionError, UnsupportedFeature
 from flows.local.pods.processes import SubprocessHandler
 from flows.local.substitution import substitute
 from flows.local.workflow import LocalRunner
-from tests.local_examples import example, run, sh, states, steps_workflow
+from tests.helpers.local_examples import example, run, sh, states, steps_workflow
 
 
 def test_dag_continue_on_fail_runs_what_expects_the_failure(tmp_path: Path) -> None:

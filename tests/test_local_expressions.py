@@ -23,7 +23,7 @@ from flows.local.errors import ExpressionError
 from flows.local.expr.evaluate import environment, evaluate, render
 from flows.local.substitution import substitute
 from flows.local.workflow import LocalRunner
-from tests.local_examples import EXAMPLES, states
+from tests.helpers.local_examples import EXAMPLES, states
 
 WEATHER = '{"weekWeather": "eyJ0ZW1wcyI6IFszNCwgMjcsIDE1LCA1NywgNDZdfQo="}'
 SCOPE = {
@@ -76,7 +76,7 @@ EVALUATED = [
     ("ternary", "tasks['flip-coin'].outputs.parameters.result == 'heads' ? 'H' : 'T'", "H"),
     # examples/skipped-output-defaults/expression-fallback.yaml: absent is nil
     ("fallback", "tasks['flip-coin'].outputs.parameters.msg ?? 'expr-fallback'", "expr-fallback"),
-    # the pipeline's own (flows/train_step.py, flows/cifar.py)
+    # the pipeline's own (flows/pipeline/train_templates.py, flows/cifar.py)
     ("workers", "asInt(workflow.parameters.nodes) - 1", "1"),
     (
         "cache key",

@@ -1,7 +1,7 @@
 """The exit handler's delete of the run's training job, run locally: the pipeline deletes
 its PyTorchJob / TrainJob by Argo's workflow label when the workflow did not succeed
-(flows/train_step.py delete_template). Locally that job was a torchrun that has ended, so
-the delete finds nothing and succeeds, as Argo's ``kubectl delete --ignore-not-found``
+(flows/pipeline/train_templates.py delete_template). Locally that job was a torchrun that
+has ended, so the delete finds nothing and succeeds, as Argo's ``kubectl delete --ignore-not-found``
 does (argo-workflows v4.0.5 workflow/executor/resource.go getKubectlArguments); every
 other delete is still refused by name before anything starts."""
 

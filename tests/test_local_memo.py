@@ -2,9 +2,9 @@
 flows/cifar.py`` on this machine, each run after the first with one thing changed, over one
 memo cache, a real SeaweedFS S3 and a real ``mlflow server``. The key table for the cluster
 is tests/test_memo_keys.py's; this is the same table run here, where a step's source
-stands in for its image (flows/memo_keys.py).
+stands in for its image (flows/pipeline/memo_keys.py).
 
-The runs are made tiny (tests/pipeline_runs.py's SMALL, one process, 500 images, no
+The runs are made tiny (tests/helpers/pipeline_runs.py's SMALL, one process, 500 images, no
 serving): what they assert is which tasks run and what the reusing run records, not the
 model. Two module fixtures make them once, in order (each within the suite's timeout);
 the tests only read them. A train setting and the data source re-run training like the
@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, Pipeline, S3Bucket, pipeline_in
-from tests.mlflow_server import MLflowServer
-from tests.pipeline_runs import SMALL, only_run_dir, sets, state_of
-from tests.servers import SeaweedFS
+from flows.local.servers.mlflow_server import MLflowServer
+from flows.local.servers.seaweedfs import SeaweedFS
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.pipeline import Pipeline, pipeline_in
+from tests.helpers.pipeline_runs import SMALL, only_run_dir, sets, state_of
 
 pytestmark = pytest.mark.slow
 MEMOIZED = ("stage", "train", "optimize", "benchmark")

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from flows import cifar, cli
+from flows import cifar
+from flows.cli import main as cli
+from flows.cli.here import refreshed_tasks
 from flows.local.pods.outputs import json_path
-from flows.local_run import refreshed_tasks
-from tests.conftest import REPO_ROOT
-from tests.local_examples import run, sh, states
+from tests.helpers.local_examples import run, sh, states
+from tests.helpers.paths import REPO_ROOT
 
 MEMO = {"cache": {"configMap": {"name": "memo"}}}
 
@@ -93,7 +94,7 @@ def test_a_hit_hands_on_the_outputs_and_names_the_run_they_came_from(tmp_path: P
 def test_max_age_zero_runs_the_step_and_its_success_replaces_the_entry(tmp_path: Path) -> None:
     """``maxAge: 0s``: every entry is older, so the step runs; its success is saved under
     the same key, and a later run takes the new outputs (the pipeline's run again after a
-    dead hit, flows/reuse_step.py)."""
+    dead hit, flows/pipeline/reuse_templates.py)."""
     log = tmp_path / "ran.log"
     run(tmp_path, chain("wf-1", log))
     _, again = run(tmp_path, chain("wf-2", log, age="0s"))

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from flows.local.pods.output_paths import OutputPaths
-from tests.cifar_files import write_cifar_tarball
-from tests.local_examples import EXAMPLES, run, states
+from tests.helpers.cifar_files import write_cifar_tarball
+from tests.helpers.local_examples import EXAMPLES, run, states
 
 R = Path("/run/tasks/a")
 DECLARED = {

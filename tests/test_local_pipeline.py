@@ -1,15 +1,15 @@
 """``python flows/cifar.py`` end to end on this machine: the smoke config made small (one
-epoch on 2 DDP processes, one optimize variant, one batch size: tests/pipeline_runs.py's
+epoch on 2 DDP processes, one optimize variant, one batch size: tests/helpers/pipeline_runs.py's
 SMALL, as nothing here asserts the model's accuracy or the variants' numbers; the README's
 smoke run itself is test_first_hour.py's), against a real SeaweedFS S3 server and a real
 ``mlflow server``.
 
-One run (conftest.py's session fixture ``smoke_run``, tests/pipeline_runs.py), shared by
+One run (conftest.py's session fixture ``smoke_run``, tests/helpers/pipeline_runs.py), shared by
 the tests below and tests/test_review_smoke.py, which only read it: staging fails on a
 tarball whose upload is not complete yet, the run is resumed as printed once the upload is
 whole, and it ends with the first champion deployed, checked live and stopped. One extra
 optimize variant's builder segfaults (``optimize.extra_variants``,
-tests/faulty_builders.py): the run still ends Succeeded, that variant recorded as crashed
+tests/helpers/faulty_builders.py): the run still ends Succeeded, that variant recorded as crashed
 (issue 42). Then the same run again: a second workflow that reuses stage, train, optimize
 and benchmark from the memo cache (their keys did not change) and deploys and checks the
 champion they decided."""
@@ -22,8 +22,8 @@ import re
 import psutil
 import pytest
 
-from tests.conftest import REPO_ROOT
-from tests.pipeline_runs import cifar, only_run_dir, state_of
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.pipeline_runs import cifar, only_run_dir, state_of
 
 pytestmark = pytest.mark.slow
 STEPS = ["create-run", "stage", "train", "optimize", "benchmark"]
@@ -130,7 +130,7 @@ def test_each_step_reports_its_work_and_its_start_up(smoke_run) -> None:
 
 def test_a_second_run_of_the_same_source_is_served_from_the_memo_cache(smoke_run) -> None:
     """A new workflow with nothing changed: every memoized step Cached from the first (their
-    keys, flows/memo_keys.py, are the same), each hit checked (its objects are there) and
+    keys, flows/pipeline/memo_keys.py, are the same), each hit checked (its objects are there) and
     recorded in the new MLflow run; deploy and serve-check, never memoized, follow the
     reused decision: the alias is still on the version it promoted. It adds a run beside
     the shared one and changes none of it."""

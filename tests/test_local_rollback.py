@@ -13,7 +13,7 @@ cluster's InferenceService outlives the workflow that deployed it: the previous 
 server is up, as the runner starts it, before each run. The handler starts the new
 version's server late (``start_service``): never, or after a few seconds within
 ``serving.ready_timeout_s``. Every run uses the smoke config made smaller (one epoch, one
-optimize variant, one batch size, one check concurrency: tests/pipeline_runs.py's SMALL)."""
+optimize variant, one batch size, one check concurrency: tests/helpers/pipeline_runs.py's SMALL)."""
 
 from __future__ import annotations
 
@@ -33,19 +33,20 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from flows.cifar import build_submission, build_template
+from flows.cli.here import localize
 from flows.local.pods.processes import ProcessSpec, SubprocessHandler
 from flows.local.pods.services import service_process
+from flows.local.servers.mlflow_server import MLflowServer
 from flows.local.signals import STOP_MESSAGE, RunStopped
 from flows.local.status import RunResult
 from flows.local.workflow import LocalRunner
-from flows.local_run import localize
 from flows.manifests.inferenceservice import build_inferenceservice
-from flows.manifests.pod import config_args
+from flows.manifests.shared_pod import config_args
 from steps.common.config import load_config
 from steps.common.serving.client import ServingClient, ServingError
-from tests.conftest import REPO_ROOT, S3Bucket
-from tests.mlflow_server import MLflowServer
-from tests.pipeline_runs import SMALL
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.pipeline_runs import SMALL
 
 pytestmark = pytest.mark.slow
 MODEL = "cifar-rollback-test"  # a model no other test registers: this run's is the first

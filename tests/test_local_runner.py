@@ -22,7 +22,7 @@ from flows.local.errors import UnsupportedFeature
 from flows.local.status import TaskState
 from flows.local.substitution import substitute
 from flows.local.workflow import LocalRunner
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 OUT = m.ValueFrom(path="/tmp/outputs/value")
 

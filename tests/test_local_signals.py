@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
-from tests.pipeline_runs import SMALL_AFTER_TRAIN, sets, state_of
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.pipeline_runs import SMALL_AFTER_TRAIN, sets, state_of
 
 STOPPED = "Stopped with strategy 'Stop'"
 SCRIPT = r"""

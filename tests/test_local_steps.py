@@ -15,7 +15,7 @@ from rich.console import Console
 from flows.local.errors import UnsupportedFeature
 from flows.local.view import print_summary
 from flows.local.workflow import LocalRunner
-from tests.local_examples import example, run, sh, states, steps_workflow
+from tests.helpers.local_examples import example, run, sh, states, steps_workflow
 
 
 @pytest.mark.parametrize("name", ["scripts-python", "scripts-bash"])

@@ -20,7 +20,7 @@ import pytest
 from flows.local.errors import UnsupportedFeature
 from flows.local.synchronization import mutex_names
 from flows.local.workflow import LocalRunner
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 RUN = """
 import json, sys

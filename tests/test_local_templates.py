@@ -170,15 +170,15 @@ def test_a_resource_other_than_a_training_job_is_refused(tmp_path: Path) -> None
 
 
 def test_the_pipeline_template_expressions_evaluate_as_argo_would(tmp_path: Path) -> None:
-    """flows/memo_keys.py's keys hash the parameters and inputs with Sprig (what its
-    ``part`` computes), and flows/train_step.py's multi-node job counts Workers as
+    """flows/pipeline/memo_keys.py's keys hash the parameters and inputs with Sprig (what its
+    ``part`` computes), and flows/pipeline/train_templates.py's multi-node job counts Workers as
     {{=asInt(nodes) - 1}}."""
-    from flows import memo_keys
     from flows.cifar import build_submission, build_template
     from flows.local.nodes.scope import scope_of
     from flows.local.substitution import substitute
+    from flows.pipeline import memo_keys
     from steps.common.config import REPO_ROOT, load_config
-    from tests.flow_helpers import parameter_values
+    from tests.helpers.flow_helpers import parameter_values
 
     cfg = load_config(REPO_ROOT / "configs" / "smoke.yaml")
     values = {"nodes": "3", "data-source": "synthetic:64"}
@@ -216,9 +216,9 @@ def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) 
     import subprocess
     import sys
 
-    from flows.memo_keys import STEPS as MEMOIZED
+    from flows.pipeline.memo_keys import STEPS as MEMOIZED
     from steps.common.config import REPO_ROOT
-    from tests.pipeline_runs import SMALL, sets
+    from tests.helpers.pipeline_runs import SMALL, sets
 
     smoke = REPO_ROOT / "configs" / "smoke.yaml"
     argv = [sys.executable, str(REPO_ROOT / "flows" / "cifar.py"), "--config", str(smoke)]
@@ -242,7 +242,8 @@ def test_a_local_run_of_the_pipeline_with_the_trainjob_launcher(tmp_path: Path) 
         # the workflow Succeeded: the champion stands checked, nothing to restore
         "onExit.restore-champion": "Skipped",
         **dict.fromkeys(["onExit.restore-apply", "onExit.restore-delete"], "Omitted"),
-        # a fresh memo cache: no hit to check, nothing to run again (flows/reuse_step.py)
+        # a fresh memo cache: no hit to check, nothing to run again
+        # (flows/pipeline/reuse_templates.py)
         **{f"{step}-{what}": "Skipped" for step in MEMOIZED for what in ("reused", "again")},
     }
     assert tasks["train"]["outputs"]["job-name"].startswith("cifar-train-")

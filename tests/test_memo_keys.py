@@ -1,6 +1,6 @@
-"""What each memoized step's key holds (flows/memo_keys.py), as Argo evaluates it on a
+"""What each memoized step's key holds (flows/pipeline/memo_keys.py), as Argo evaluates it on a
 cluster: a change re-runs exactly the steps whose outputs it decides, and what a hit hands
-on is the earlier run's outputs (tests/memo_sim.py runs two Workflows over one cache).
+on is the earlier run's outputs (tests/helpers/memo_sim.py runs two Workflows over one cache).
 
 Argo v4.0.5 takes a cache key of ``[a-zA-Z0-9][-a-zA-Z0-9]*``
 (workflow/controller/cache/cache.go ``cacheKeyRegex``), stored as a ConfigMap data key
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from flows import memo_keys
-from flows.memo_keys import STEPS, key_of, source_identity, split_key
+from flows.pipeline import memo_keys
+from flows.pipeline.memo_keys import STEPS, key_of, source_identity, split_key
 from steps.common.config import load_config
-from tests.conftest import REPO_ROOT
-from tests.faulty_builders import extra
-from tests.memo_sim import simulate
+from tests.helpers.faulty_builders import extra
+from tests.helpers.memo_sim import simulate
+from tests.helpers.paths import REPO_ROOT
 
 CLUSTER = REPO_ROOT / "configs" / "cluster.yaml"
 ALL = {"stage", "train", "optimize", "benchmark"}

@@ -22,12 +22,12 @@ import pytest
 import yaml
 from mlflow.exceptions import MlflowException
 
-from tests.cluster_build import CLUSTER, kubectl
-from tests.conftest import REPO_ROOT
-from tests.mlflow_server import MLflowServer
+from flows.local.servers.mlflow_server import MLflowServer
+from tests.helpers.cluster_build import CLUSTER, kubectl
+from tests.helpers.paths import REPO_ROOT
 
 # one worker for the module: its server (the users fixture) is built once, and its steps
-# test reads the session's bundle, whose group that is (tests/conftest.py GROUPED_BY)
+# test reads the session's bundle, whose group that is (tests/helpers/groups.py GROUPED_BY)
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bundle")]
 LAYER = CLUSTER / "mlflow"
 
@@ -207,7 +207,7 @@ def test_the_steps_log_register_promote_and_roll_back_as_the_pipelines_user(
     from steps.benchmark import step as benchmark
     from steps.serve_check import rollback
     from steps.tracking import main as tracking
-    from tests.model_bundle import champion_args
+    from tests.helpers.model_bundle import champion_args
 
     client = as_user(users.pipeline)
     out = tmp_path / "out"

@@ -30,14 +30,14 @@ from steps.common.trained_model import InputError
 from steps.optimize import builders, variants
 from steps.optimize import step as optimize
 from steps.optimize.builders import SMALL_BATCH_PROBE_LIMIT
-from tests.conftest import REPO_ROOT
-from tests.faulty_builders import extra
-from tests.model_bundle import (
+from tests.helpers.faulty_builders import extra
+from tests.helpers.model_bundle import (
     BF16_CPU,
     CPU_VARIANTS,
     Bundle,
     optimize_args,
 )
+from tests.helpers.paths import REPO_ROOT
 
 HAS_TENSORRT = torch.cuda.is_available() and importlib.util.find_spec("torch_tensorrt") is not None
 HAS_MODELOPT = importlib.util.find_spec("modelopt") is not None  # TensorRT INT8 (ModelOpt PTQ)
@@ -162,7 +162,7 @@ def test_perturbed_variant_fails_the_gate(
     bundle: Bundle, tmp_path: Path, optional: list[str], outcome: str
 ) -> None:
     # A TorchScript file of the model with its weights perturbed, built by an extra
-    # variant's own builder (tests/faulty_builders.py) in the step's build process.
+    # variant's own builder (tests/helpers/faulty_builders.py) in the step's build process.
     args = optimize_args(
         bundle.model_uri,
         bundle.dataset_uri,

@@ -20,8 +20,8 @@ from steps.common.config import PipelineConfig
 from steps.common.trained_model import load_test_split, load_trained, normalize
 from steps.optimize import isolated, optimize_model
 from steps.optimize import step as optimize
-from tests.conftest import REPO_ROOT
-from tests.model_bundle import Bundle, InProcessWorker, optimize_args
+from tests.helpers.model_bundle import Bundle, InProcessWorker, optimize_args
+from tests.helpers.paths import REPO_ROOT
 
 PORTABLE = ["onnx", "openvino"]
 INT8 = ["onnx_int8", "openvino_int8"]

@@ -26,7 +26,7 @@ from steps.optimize.tensorrt_builder import (
     missing_prerequisites,
 )
 from steps.optimize.variants import BuildContext, SkipVariant, Spec
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 HAS_MODELOPT = importlib.util.find_spec("modelopt") is not None
 NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"

@@ -8,13 +8,15 @@ import re
 
 import pytest
 
-from flows import cifar, cli, parameters
+from flows import cifar
 from flows.cifar import build_template
-from flows.manifests.names import FlowError
-from flows.parameters import step_settings
+from flows.cli import main as cli
+from flows.errors import FlowError
+from flows.pipeline import parameters
+from flows.pipeline.parameters import step_settings
 from steps.common.config import load_config
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import argo_substitute
+from tests.helpers.flow_helpers import argo_substitute
+from tests.helpers.paths import REPO_ROOT
 
 SMOKE = str(REPO_ROOT / "configs" / "smoke.yaml")
 KNOWN = (

@@ -23,9 +23,9 @@ from steps.common.models import CIFAR10_MEAN, CIFAR10_STD
 from steps.common.optimized_variants import PREFERENCE, variant_order
 from steps.common.trained_model import InputError, load_test_split, normalize
 from steps.optimize.variants import NAMES
-from tests.conftest import REPO_ROOT
-from tests.contract_samples import benchmark_with
-from tests.model_bundle import BF16_CPU, FASTEST, Bundle
+from tests.helpers.contract_samples import benchmark_with
+from tests.helpers.model_bundle import BF16_CPU, FASTEST, Bundle
+from tests.helpers.paths import REPO_ROOT
 
 
 def predict_args(images: list[Path], model: str, optimized: str | None = None, **kw):

@@ -14,13 +14,13 @@ import pytest
 from kubeflow.training import models as kf
 
 from flows.cifar import build_template
+from flows.errors import FlowError
 from flows.manifests import pytorchjob
-from flows.manifests.names import FlowError, dns1035
-from flows.manifests.pod import EnvSpec
+from flows.manifests.names import dns1035
+from flows.manifests.shared_pod import EnvSpec
 from steps.common.config import ConfigError, load_config
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import CONFIGS, VALIDATOR, check_golden, job_of, run_of
-from tests.job_checks import (
+from tests.helpers.flow_helpers import CONFIGS, VALIDATOR, check_golden, job_of, run_of
+from tests.helpers.job_checks import (
     CLUSTER_YAML,
     DNS1035,
     NETWORK_CASES,
@@ -28,6 +28,7 @@ from tests.job_checks import (
     replica_names,
     webhook_problems,
 )
+from tests.helpers.paths import REPO_ROOT
 
 ARGS = ["-m", "steps.train", "--dataset", "D", "--output", "M"]
 ENV = [
@@ -291,7 +292,8 @@ def test_the_network_check_fails_a_job_without_the_options() -> None:
 def test_the_rdma_render_passes_the_strict_schema_check(tmp_path: Path, capsys) -> None:
     """``flows/cifar.py --config configs/cluster.yaml --set cluster.rdma=true --render``
     (and with the host network), through the strict validator."""
-    from flows import cifar, cli
+    from flows import cifar
+    from flows.cli import main as cli
 
     files = []
     for extra in (["cluster.rdma=true"], ["cluster.rdma=true", "cluster.host_network=true"]):

@@ -30,8 +30,8 @@ from flows.cifar import EXIT_HANDLER, build_template
 from steps.benchmark.previous import restore_left_alias, served_lookup
 from steps.common.config import load_config
 from steps.serve_check.restore import failed_templates, restore
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import templates
+from tests.helpers.flow_helpers import templates
+from tests.helpers.paths import REPO_ROOT
 
 # (shutdown strategy, the pod is the exit handler's) -> a pod is made / kept running
 SHOULD_EXECUTE = {
@@ -264,7 +264,7 @@ def test_the_benchmark_puts_a_left_alias_back_before_it_decides(
     restores the champion before it (accuracy 2: none beats it) and decides against that
     one, so nothing is promoted and the alias stays on the champion that served."""
     from steps.benchmark import step as benchmark
-    from tests.model_bundle import champion_args
+    from tests.helpers.model_bundle import champion_args
 
     registry = Registry(mlflow_server.uri)
     served = registry.version(registry.run("FINISHED", **{"argo.workflow": "w0"}), "")

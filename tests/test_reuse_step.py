@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from flows.local.servers.mlflow_server import MLflowServer
 from steps.common.config import load_config
 from steps.common.storage import open_store
 from steps.reuse import step as reuse
-from tests.conftest import S3Bucket
-from tests.mlflow_server import MLflowServer
+from tests.helpers.buckets import S3Bucket
 
 PUBLISHED = {  # step -> (output, what it writes last)
     "stage": ("dataset-uri", "manifest.json"),

@@ -23,7 +23,7 @@ from flows.local.review.logs import print_logs
 from flows.local.review.node_tree import fnv32a, node_id, pod_name
 from flows.local.review.runs import load_state
 from flows.local.workflow import LocalRunner
-from tests.review_helpers import check_argo_shape, cli
+from tests.helpers.review_helpers import check_argo_shape, cli
 
 
 # --- Argo's own formats ----------------------------------------------------------------

@@ -28,9 +28,9 @@ from flows.local.review.page import PageWriter
 from flows.local.review.runs import load_state
 from flows.local.review.server import serve_in_background
 from flows.local.workflow import LocalRunner
-from tests import review_helpers
-from tests.conftest import REPO_ROOT
-from tests.review_helpers import PHASE_FILL, chromium, drawn
+from tests.helpers import review_helpers
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.review_helpers import PHASE_FILL, chromium, drawn
 
 NOT_DRAWN = ("StepGroup", "TaskGroup")  # genres.ts: false
 

@@ -15,8 +15,8 @@ from typing import Any
 from flows.local.review import humanize
 from flows.local.review.argo_workflow import workflow_status
 from flows.local.review.node_tree import pod_name
-from tests.pipeline_runs import state_of
-from tests.review_helpers import PHASE_FILL, check_argo_shape, chromium, cli, drawn
+from tests.helpers.pipeline_runs import state_of
+from tests.helpers.review_helpers import PHASE_FILL, check_argo_shape, chromium, cli, drawn
 
 STEPS = ["create-run", "stage", "train", "optimize", "benchmark", "deploy", "serve-check"]
 

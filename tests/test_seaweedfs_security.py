@@ -29,8 +29,8 @@ import yaml
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tests.cluster_build import CLUSTER, kubectl
-from tests.servers import SeaweedFS
+from flows.local.servers.seaweedfs import SeaweedFS
+from tests.helpers.cluster_build import CLUSTER, kubectl
 
 pytestmark = pytest.mark.slow
 LAYER = CLUSTER / "seaweedfs"

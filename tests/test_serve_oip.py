@@ -32,7 +32,7 @@ from steps.common.serving.client import (
 )
 from steps.serve.oip import InferRequest, OipCodec, OipError
 from steps.serve.outputs import BatchOutput, encode
-from tests.serving_helpers import NAME, Running, serving
+from tests.helpers.serving_helpers import NAME, Running, serving
 
 SHAPE = (32, 32, 3)
 

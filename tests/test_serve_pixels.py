@@ -15,7 +15,7 @@ import pytest
 from steps.common.serving.client import request_body
 from steps.serve.pixels import PixelParser
 from steps.serve.predictor import Predictor
-from tests.serving_helpers import CIFAR, predictors
+from tests.helpers.serving_helpers import CIFAR, predictors
 
 SMALL = (-1, 2, 2, 3)
 

@@ -34,9 +34,9 @@ from steps.common.optimized_variants import fetch_variant, load_variant_file, re
 from steps.common.serving import runners, torch_runners
 from steps.common.serving.client import ServingClient
 from steps.common.trained_model import DTYPES, load_test_split, load_trained, normalize
-from tests.contract_samples import VARIANTS as SAMPLE_VARIANTS
-from tests.model_bundle import CPU_VARIANTS, PORTABLE_VARIANTS
-from tests.serving_helpers import raw_post, serving
+from tests.helpers.contract_samples import VARIANTS as SAMPLE_VARIANTS
+from tests.helpers.model_bundle import CPU_VARIANTS, PORTABLE_VARIANTS
+from tests.helpers.serving_helpers import raw_post, serving
 
 CPU = torch.device("cpu")
 TENSORRT = ["tensorrt_fp32", "tensorrt_fp16", "tensorrt_int8"]

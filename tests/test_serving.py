@@ -26,8 +26,8 @@ from steps.benchmark.registered_model import CLASSIFIER, CODE_PATHS
 from steps.common.config import PipelineConfig
 from steps.common.serving.strict_input import exact_array, install
 from steps.common.trained_model import load_test_split, load_trained, normalize
-from tests.model_bundle import Bundle
-from tests.serving_helpers import NAME
+from tests.helpers.model_bundle import Bundle
+from tests.helpers.serving_helpers import NAME
 
 
 def _post(url: str, body: dict) -> tuple[int, dict]:

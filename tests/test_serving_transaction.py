@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from flows.cifar import build_template
-from flows.container_step import retry_expression
 from flows.local.expr.evaluate import environment, evaluate
-from flows.serving_step import CHECK_FINAL_EXITS
+from flows.pipeline.serving_templates import CHECK_FINAL_EXITS
+from flows.pipeline.step_template import retry_expression
 from steps.common.config import load_config
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import CONFIGS, templates
-from tests.local_examples import run, states
+from tests.helpers.flow_helpers import CONFIGS, templates
+from tests.helpers.local_examples import run, states
+from tests.helpers.paths import REPO_ROOT
 
 SERVING = ("deploy", "serve-check", "rollback-alias", "rollback-apply", "rollback-delete")
 WRITE = """

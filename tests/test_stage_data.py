@@ -20,14 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from flows.local.servers.seaweedfs import SeaweedFS, free_port
 from steps.common.config import load_config
 from steps.common.dataset import content_digest
 from steps.common.storage import open_store
 from steps.stage_data.cifar import md5sum, synthetic_splits
 from steps.stage_data.stage import parse_source, stage_dataset
-from tests.cifar_files import CLASSES, write_cifar_tarball
-from tests.conftest import REPO_ROOT, S3Bucket
-from tests.servers import SeaweedFS, free_port
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.cifar_files import CLASSES, write_cifar_tarball
+from tests.helpers.paths import REPO_ROOT
 
 
 def stage_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from flows.local.servers.seaweedfs import SeaweedFS, free_port
 from steps.common.config import StorageConfig
 from steps.common.config.fields import UriError
 from steps.common.storage import LocalStore, S3Store, StorageError, open_store, split_uri
-from tests.conftest import S3Bucket
-from tests.servers import SeaweedFS, free_port
+from tests.helpers.buckets import S3Bucket
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import GROUPED_BY, REPO_ROOT
+from tests.helpers.groups import GROUPED_BY
+from tests.helpers.paths import REPO_ROOT
 
 SUITE = """
 import os
@@ -31,7 +32,7 @@ def test_grouped({name}, i):
 def test_free(i):
     pass
 """
-CONFTEST = "from tests.conftest import pytest_collection_modifyitems  # noqa: F401\n"
+CONFTEST = "from tests.helpers.groups import pytest_collection_modifyitems  # noqa: F401\n"
 
 
 def test_tests_sharing_an_expensive_fixture_run_on_one_worker(tmp_path: Path) -> None:

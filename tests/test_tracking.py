@@ -11,12 +11,12 @@ from pathlib import Path
 import mlflow
 import pytest
 
+from flows.local.servers.mlflow_server import MLflowServer
+from flows.local.servers.seaweedfs import free_port
 from steps.common.config import TrackingConfig, load_config
 from steps.common.pipeline_run import TrackingError, open_run, run_url, wait_until_reachable
 from steps.tracking import end_pipeline_run, start_pipeline_run
-from tests.conftest import REPO_ROOT
-from tests.mlflow_server import MLflowServer
-from tests.servers import free_port
+from tests.helpers.paths import REPO_ROOT
 
 
 def tracking_cli(*args: str, server: MLflowServer) -> subprocess.CompletedProcess:

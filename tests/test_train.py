@@ -13,216 +13,34 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import mlflow
 import pytest
 import torch
 from rich.console import Console
 
-from steps.common.config import flatten, load_config
+from flows.local.servers.seaweedfs import free_port
+from steps.common.config import load_config
 from steps.common.models import build_model
 from steps.common.storage import open_store
 from steps.stage_data.stage import parse_source, stage_dataset
 from steps.train.checkpoints import checkpoint_epochs, checkpoint_key
 from steps.train.fit import StopRequested
-from steps.train.step import build_parser, main, run
-from tests.conftest import REPO_ROOT, S3Bucket
-from tests.mlflow_server import MLflowServer
-from tests.servers import free_port
-from tests.train_hooks import TestHooks, hook_args, state_checksum
+from steps.train.step import main
+from tests.helpers.buckets import S3Bucket
+from tests.helpers.train_hooks import TestHooks, hook_args
+from tests.helpers.train_runs import (
+    SIMPLE,
+    TINY_RESNET,
+    error_lines,
+    launch,
+    sets,
+    train_in_process,
+)
 
-TRAIN_IMAGES = 1500
-SIMPLE = [
-    "train.model=simplecnn",
-    "train.epochs=3",
-    "train.batch_size=64",
-    "train.lr=0.05",
-    "train.warmup_epochs=0.5",
-    "tracking.enabled=false",
-]
-TINY_RESNET = [  # BatchNorm buffers too: the ranks must agree on those as well
-    "train.model=resnet9",
-    "train.width=8",
-    "train.epochs=3",
-    "train.batch_size=64",
-    "train.lr=0.1",
-    "train.warmup_epochs=0.5",
-    "tracking.experiment=test-train",
-]
-TORCHRUN = str(Path(sys.executable).parent / "torchrun")
-
-
-def sets(overrides: list[str]) -> list[str]:
-    return [arg for item in overrides for arg in ("--set", item)]
-
-
-def launch(
-    nproc: int, dataset: str, output: Path | str, overrides: list[str], *extra: str, env=None
-) -> subprocess.CompletedProcess:
-    """``torchrun --nproc-per-node N -m steps.train`` (N=0: plain ``python -m``)."""
-    launcher = (
-        [TORCHRUN, "--standalone", f"--nproc-per-node={nproc}"] if nproc else [sys.executable]
-    )
-    argv = ["-m", "steps.train", "--dataset", dataset, "--output", str(output), *sets(overrides)]
-    return subprocess.run(
-        [*launcher, *argv, *extra],
-        cwd=REPO_ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-
-
-def train_in_process(dataset: str, output: Path | str, overrides: list[str], hooks=None):
-    """``run(args, hooks)`` in this process: one rank, no torchrun environment."""
-    argv = ["--dataset", dataset, "--output", str(output), *sets(overrides)]
-    return run(build_parser().parse_args(argv), hooks)
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if "error:" in line]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """In-process runs use one thread, as torchrun's ranks do: on a shared 2-core machine
-    two OpenMP threads that must wait for each other run many times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def dataset_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("artifacts")
-    quiet = Console(file=io.StringIO())
-    source = parse_source(f"synthetic:{TRAIN_IMAGES}")
-    return stage_dataset(source, str(root), load_config(), quiet).dataset_uri
-
-
-# --- two ranks under torchrun, tracked in a real MLflow server ---------------------------
-@dataclass
-class DDPRun:
-    process: subprocess.CompletedProcess
-    model_dir: Path
-    outputs: Path
-    debug: Path
-    run_id: str
-    server: MLflowServer
-
-    def summary(self) -> dict:
-        return json.loads((self.outputs / "summary.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def ddp_run(
-    dataset_uri: str, mlflow_server: MLflowServer, tmp_path_factory: pytest.TempPathFactory
-) -> DDPRun:
-    """The workflow's shape: ``steps.tracking start`` makes the run, the trainer joins it."""
-    tmp = tmp_path_factory.mktemp("ddp")
-    env = {"MLFLOW_TRACKING_URI": mlflow_server.uri}
-    start = ["start", "--run-name", "ddp-test", "--set", "tracking.experiment=test-train"]
-    started = subprocess.run(
-        [sys.executable, "-m", "steps.tracking", *start, "--outputs-dir", str(tmp / "start")],
-        cwd=REPO_ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert started.returncode == 0, started.stderr
-    run_id = started.stdout.strip()
-    assert (tmp / "start" / "run_id").read_text() == run_id
-    process = launch(
-        2,
-        dataset_uri,
-        tmp / "model",
-        TINY_RESNET,
-        "--mlflow-run-id",
-        run_id,
-        "--outputs-dir",
-        str(tmp / "outputs"),
-        *hook_args(debug_dir=tmp / "debug"),
-        env=env,
-    )
-    assert process.returncode == 0, process.stderr[-4000:]
-    return DDPRun(process, tmp / "model", tmp / "outputs", tmp / "debug", run_id, mlflow_server)
-
-
-def test_two_ranks_learn_far_above_chance(ddp_run: DDPRun) -> None:
-    summary = ddp_run.summary()
-    losses = [h["train_loss"] for h in summary["history"]]
-    assert summary["world_size"] == 2
-    assert [h["epoch"] for h in summary["history"]] == [1, 2, 3]
-    assert losses[-1] < losses[0] * 0.8, losses
-    assert summary["test_accuracy"] >= 0.9  # chance is 0.1
-
-
-def test_two_ranks_end_with_identical_weights(ddp_run: DDPRun) -> None:
-    ranks = [json.loads((ddp_run.debug / f"rank-{r}.json").read_text()) for r in (0, 1)]
-    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
-    # ... and weights.pt is exactly what the ranks hold (BatchNorm buffers included).
-    meta = json.loads((ddp_run.model_dir / "model.json").read_text())
-    model = build_model(meta["architecture"], meta["num_classes"], meta["width"])
-    model.load_state_dict(torch.load(ddp_run.model_dir / "weights.pt", weights_only=True))
-    assert state_checksum(model) == ranks[0]["weights_sha256"]
-
-
-def test_model_outputs_follow_the_contract(ddp_run: DDPRun, dataset_uri: str) -> None:
-    meta = json.loads((ddp_run.model_dir / "model.json").read_text())
-    summary = ddp_run.summary()
-    assert meta["architecture"] == "resnet9" and meta["width"] == 8
-    assert meta["num_classes"] == 10 and len(meta["classes"]) == 10
-    assert meta["input_shape"] == [3, 32, 32]
-    assert len(meta["mean"]) == len(meta["std"]) == 3
-    assert meta["dataset_uri"] == dataset_uri
-    assert dataset_uri.endswith(meta["dataset_digest"])
-    assert meta["epochs"] == 3
-    assert meta["test_accuracy"] == pytest.approx(summary["test_accuracy"])
-    model_uri = (ddp_run.outputs / "model_uri").read_text()
-    assert model_uri == ddp_run.model_dir.as_uri() == ddp_run.process.stdout.strip()
-    assert float((ddp_run.outputs / "test_accuracy").read_text()) == pytest.approx(
-        meta["test_accuracy"], abs=1e-6
-    )
-    assert summary["seconds"] > summary["train_seconds"] > 0
-    assert checkpoint_epochs(open_store(model_uri)) == [3, 2]  # keep_checkpoints=2
-
-
-def test_mlflow_run_has_params_metrics_input_plots_and_model(
-    ddp_run: DDPRun, dataset_uri: str
-) -> None:
-    client = mlflow.MlflowClient(tracking_uri=ddp_run.server.uri)
-    run = client.get_run(ddp_run.run_id)
-    assert run.info.status == "RUNNING"  # joined: the workflow's exit handler ends it
-    cfg = load_config(None, TINY_RESNET)
-    assert run.data.params == {key: value for key, value in flatten(cfg).items()}
-    history = client.get_metric_history(ddp_run.run_id, "test_accuracy")
-    assert [m.step for m in sorted(history, key=lambda m: m.step)] == [1, 2, 3]
-    for key in ("train_loss", "train_accuracy", "test_loss", "lr", "images_per_s"):
-        assert len(client.get_metric_history(ddp_run.run_id, key)) == 3, key
-    (dataset_input,) = run.inputs.dataset_inputs
-    digest = dataset_uri.rsplit("/", 1)[1]
-    assert dataset_input.dataset.digest == digest[:32]
-    assert dataset_input.dataset.source and digest in dataset_input.dataset.source
-    assert {t.key: t.value for t in dataset_input.tags}["sha256"] == digest
-    artifacts = {a.path for a in client.list_artifacts(ddp_run.run_id, "plots")}
-    assert artifacts == {"plots/curves.png", "plots/confusion_matrix.png"}
-
-    mlflow.set_tracking_uri(ddp_run.server.uri)
-    loaded = mlflow.pytorch.load_model(run.data.tags["train.logged_model_uri"])
-    meta = json.loads((ddp_run.model_dir / "model.json").read_text())
-    model = build_model(meta["architecture"], meta["num_classes"], meta["width"]).eval()
-    model.load_state_dict(torch.load(ddp_run.model_dir / "weights.pt", weights_only=True))
-    images = torch.randn(5, 3, 32, 32)
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(images), model(images), rtol=1e-4, atol=1e-4)
+# in-process runs on one thread (conftest.py one_torch_thread)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # --- resume -------------------------------------------------------------------------------

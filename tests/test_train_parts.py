@@ -33,8 +33,8 @@ from steps.train.distributed import Dist
 from steps.train.fit import Hooks, StopRequested
 from steps.train.loop import EpochTotals, epoch_metrics, evaluate, one_cycle, use_bf16_autocast
 from steps.train.step import build_parser, load_hooks
-from tests.conftest import REPO_ROOT
-from tests.train_hooks import HOOKS, TestHooks, state_checksum
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.train_hooks import HOOKS, TestHooks, state_checksum
 
 ONE_PROCESS = Dist(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
@@ -290,10 +290,18 @@ def test_debug_hook_writes_each_ranks_weights_checksum(tmp_path) -> None:
         (None, ["stop_after=1"], "--hook-arg stop_after=1 without --hooks"),
         (HOOKS, ["stop_after"], "--hook-arg stop_after: expected KEY=VALUE"),
         ("tests.no_such_module:Hooks", [], "--hooks tests.no_such_module:Hooks: No module named"),
-        ("tests.train_hooks:Nothing", [], "--hooks tests.train_hooks:Nothing: module "),
+        (
+            "tests.helpers.train_hooks:Nothing",
+            [],
+            "--hooks tests.helpers.train_hooks:Nothing: module ",
+        ),
         (HOOKS, ["colour=red"], "unexpected keyword argument 'colour'"),
-        ("tests.train_hooks:state_checksum", [], "--hooks tests.train_hooks:state_checksum: "),
-        ("tests.train_hooks:hook_args", [], "made a list, not Hooks"),
+        (
+            "tests.helpers.train_hooks:state_checksum",
+            [],
+            "--hooks tests.helpers.train_hooks:state_checksum: ",
+        ),
+        ("tests.helpers.train_hooks:hook_args", [], "made a list, not Hooks"),
     ],
     ids=["arg-without-hooks", "arg-without-value", "no-module", "no-name", "bad-arg",
          "not-a-factory", "not-hooks"],

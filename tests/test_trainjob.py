@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 import yaml
 
-from flows import cifar, cli
+from flows import cifar
 from flows.cifar import build_template
+from flows.cli import main as cli
 from flows.manifests import trainjob
 from flows.manifests.names import labels
-from flows.manifests.pod import EnvSpec
-from flows.train_step import ARGO_WORKFLOW_LABEL
+from flows.manifests.shared_pod import EnvSpec
+from flows.pipeline.train_templates import ARGO_WORKFLOW_LABEL
 from steps.common.config import ConfigError, load_config
-from tests.conftest import REPO_ROOT
-from tests.flow_helpers import (
+from tests.helpers.flow_helpers import (
     CONFIGS,
     VALIDATOR,
     check_golden,
@@ -30,7 +30,14 @@ from tests.flow_helpers import (
     parameter_values,
     templates,
 )
-from tests.job_checks import CLUSTER_YAML, NETWORK_CASES, NPROC, comparable_job, network_problems
+from tests.helpers.job_checks import (
+    CLUSTER_YAML,
+    NETWORK_CASES,
+    NPROC,
+    comparable_job,
+    network_problems,
+)
+from tests.helpers.paths import REPO_ROOT
 
 TRAINJOB = "train.launcher=trainjob"
 SMOKE = REPO_ROOT / "configs" / "smoke.yaml"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from flows.local.memo import MemoCache
+from flows.local.memo_cache import MemoCache
 from flows.local.signals import STOP_MESSAGE
 from flows.local.status import TaskRecord, TaskState
 

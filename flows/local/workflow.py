@@ -24,7 +24,7 @@ from typing import Any
 from flows.local.checks.fields import unsupported
 from flows.local.checks.lint import lint
 from flows.local.errors import UnsupportedFeature
-from flows.local.memo import MemoCache, default_cache_dir, with_dependents
+from flows.local.memo_cache import MemoCache, default_cache_dir, with_dependents
 from flows.local.nodes.node import run_node
 from flows.local.pods.manifest import serves
 from flows.local.pods.pod import Pods

@@ -13,7 +13,7 @@ image that serves the champion: ``cifar-serve`` (no torch) for portable variants
 ``serving-image`` output says (steps/benchmark/registered_model.py). Its pod parts are
 built on the Kubernetes client's typed models and serialised as the API server takes them
 (as flows/manifests/pytorchjob.py does); the envelope is plain data. The pod runs as every
-pod of the pipeline does (flows/manifests/pod.py): no root, no capabilities, Secrets by
+pod of the pipeline does (flows/manifests/shared_pod.py): no root, no capabilities, Secrets by
 reference only (its own: ``predictor_env``, read-only in S3 and MLflow), and no
 service-account token (the server talks to MLflow and S3, never to the API server).
 """
@@ -26,7 +26,7 @@ from kubernetes import client as k8s
 
 from flows.manifests.names import APP
 from flows.manifests.names import labels as app_labels
-from flows.manifests.pod import (
+from flows.manifests.shared_pod import (
     config_args,
     container_security,
     pod_security,

@@ -6,14 +6,11 @@ from __future__ import annotations
 import hashlib
 import re
 
+from flows.errors import FlowError
 from steps.common.config import PipelineConfig
 
 APP = "cifar-pipeline"
 MAX_NAME = 63
-
-
-class FlowError(ValueError):
-    """The config cannot become a valid workflow; the message names the field and the fix."""
 
 
 def dns1035(text: str, max_len: int = MAX_NAME) -> str:

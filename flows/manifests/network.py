@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.manifests.pod import EnvSpec, container_security
+from flows.manifests.shared_pod import EnvSpec, container_security
 from steps.common.config import PipelineConfig
 
 IB_ENV = {"NCCL_IB_DISABLE": "0"}  # NCCL uses the InfiniBand verbs transport

@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 
 from flows.manifests import network
 from flows.manifests.names import MAX_NAME, dns1035
-from flows.manifests.pod import (
+from flows.manifests.shared_pod import (
     DATA_VOLUME,
     ISTIO_INJECT,
     EnvSpec,

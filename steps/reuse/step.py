@@ -5,7 +5,7 @@
 
 Argo hands on a memo entry's outputs as they were saved (v4.0.5 workflow/controller/
 operator.go ``executeTemplate``), URIs of objects that may have been deleted since. The
-workflow runs this after each hit (flows/reuse_step.py) with the hit's outputs
+workflow runs this after each hit (flows/pipeline/reuse_templates.py) with the hit's outputs
 (``--reused``: ``workflow`` that ran the step, its URI, its MLflow run, a benchmark's
 decision). It checks the object each step publishes last; for the benchmark also that the
 registry is where its decision left it (the alias on the version it promoted, or still on

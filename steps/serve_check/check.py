@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass, field
 
 from steps.common.config import PipelineConfig
 from steps.common.contracts.benchmark import BenchmarkReport
 from steps.common.contracts.promotion import Promotion
-from steps.common.contracts.serve_check import ConcurrencyResult, ServeCheckSummary
+from steps.common.contracts.serve_check import ServeCheckSummary
 from steps.common.dataset import read_manifest, read_split
 from steps.common.step_cli import tracking_wanted
 from steps.common.storage import open_store
 from steps.serve_check.expected import Expected, check_count, expected_accuracy, read_benchmark
 from steps.serve_check.http import BadAnswer, Endpoint, Unreachable
 from steps.serve_check.load import Batches, TimedOut, measure
-from steps.serve_check.report import log_check, summary
+from steps.serve_check.report import Check, log_check, summary
 from steps.serve_check.rollback import roll_back_promotion, rolled_back_before
 
 VERDICT_EXIT = 3  # the endpoint failed the check: final, the alias rolled back
@@ -32,18 +31,6 @@ class CheckFailed(RuntimeError):
 class NoVerdict(RuntimeError):
     """No verdict on the endpoint (exit 1, retried): it stopped answering once it served
     the version."""
-
-
-@dataclass
-class Check:
-    """One check's outcome: each concurrency's pass, the first thing that went wrong (a
-    verdict), whether the endpoint said it serves the deployed version, and the protocol
-    it was spoken to in."""
-
-    results: list[ConcurrencyResult] = field(default_factory=list)
-    failure: str | None = None
-    version_confirmed: bool = False
-    protocol: str = ""
 
 
 def check_batches(

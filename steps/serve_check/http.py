@@ -105,7 +105,8 @@ class Endpoint:
         served: True; at most ``within_s``, else BadAnswer naming what it served; False
         from a server without that route (``mlflow models serve``: not confirmed). A
         re-applied InferenceService reads Ready from its previous status before its new
-        pods roll out (flows/serving_step.py), so this, not the deploy step, confirms it.
+        pods roll out (flows/pipeline/serving_templates.py), so this, not the deploy step,
+        confirms it.
         ``waited_s``: how long the caller waited before (the message names the total)."""
         deadline = time.monotonic() + within_s
         matched, last = 0, "no answer"

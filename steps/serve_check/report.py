@@ -11,22 +11,36 @@ concurrency N; the headline ``serving/accuracy`` is the lowest over the concurre
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from steps.common.config import PipelineConfig
 from steps.common.contracts.benchmark import BenchmarkReport
-from steps.common.contracts.serve_check import ExpectedAccuracy, ServeCheckSummary
+from steps.common.contracts.serve_check import (
+    ConcurrencyResult,
+    ExpectedAccuracy,
+    ServeCheckSummary,
+)
 from steps.common.step_cli import step_seconds
 from steps.serve_check.expected import Expected
 from steps.serve_check.load import Batches
 from steps.serve_check.rollback import ROLLBACK_TAG
 
-if TYPE_CHECKING:
-    from steps.serve_check.check import Check
-
 NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI
 NOTE_PREFIXES = ("**Endpoint**", "**Rollback**")  # this step's lines, replaced on a retry
 STATS = ("accuracy", "p50_ms", "p99_ms", "requests_per_s", "images_per_s")
+
+
+@dataclass
+class Check:
+    """One check's outcome (steps/serve_check/check.py's ``run_check``), what the report
+    reads: each concurrency's pass, the first thing that went wrong (a verdict), whether
+    the endpoint said it serves the deployed version, and the protocol it was spoken to in."""
+
+    results: list[ConcurrencyResult] = field(default_factory=list)
+    failure: str | None = None
+    version_confirmed: bool = False
+    protocol: str = ""
 
 
 def summary(

@@ -1,5 +1,5 @@
 """The champion put back after a run that moved the alias and never finished its live check:
-the exit handler's ``restore-champion`` task (flows/serving_step.py).
+the exit handler's ``restore-champion`` task (flows/pipeline/serving_templates.py).
 
 Argo v4.0.5 runs only the exit handler's pods after ``argo stop`` (pkg/apis/workflow/
 v1alpha1/workflow_types.go ``ShutdownStrategy.ShouldExecute``: Stop executes on-exit pods

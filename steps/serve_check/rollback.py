@@ -11,7 +11,7 @@ left alone, and said so.
     python -m steps.serve_check.rollback --version V --previous-version P --reason TEXT
         [--mlflow-run-id ID] [--config F] [--set k=v ...] [--debug]
 
-is the workflow's ``rollback-alias`` task (flows/serving_step.py): after ``deploy`` or
+is the workflow's ``rollback-alias`` task (flows/pipeline/serving_templates.py): after ``deploy`` or
 ``serve-check`` failed, whatever ended them (a failure condition, a deadline, a pod that
 never reported), the alias goes back to ``P`` (or is removed when ``P`` is ""), the
 version is tagged ``serving.rollback`` with the reason, and so is the pipeline's run.

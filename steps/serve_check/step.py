@@ -10,7 +10,7 @@ it). The check waits, within ``--wait-s`` (default ``serving.ready_timeout_s``, 
 step's deadline too), for ``GET URL/ping`` and, when this run's benchmark promoted a
 version, for ``GET URL/v2/models/<name>`` to say that version is served (three answers in
 a row on new connections): a re-applied InferenceService reads Ready before its new pods
-roll out (flows/serving_step.py), so this is the deployment's real gate. Then, within
+roll out (flows/pipeline/serving_templates.py), so this is the deployment's real gate. Then, within
 ``--time-limit-s``, it sends the first ``serving.check_samples`` test images (default: the
 ``test_images`` the benchmark measured accuracy on) in requests of ``--batch`` images, over
 the protocol the endpoint answers (``serving.check_protocol``, ``steps.serve_check.http``:
@@ -30,7 +30,8 @@ check whose version no longer holds the alias (an earlier attempt rolled it back
 the same way without checking again, so a retry never passes after a rollback. What is no
 answer (the endpoint dropping a connection once it served the version, storage or MLflow
 failing, a crash) exits 1 and rolls nothing back: the workflow retries it, and its
-rollback tasks undo the deployment if the last attempt fails too (flows/serving_step.py).
+rollback tasks undo the deployment if the last attempt fails too
+(flows/pipeline/serving_templates.py).
 Outputs: ``passed``, ``accuracy``, ``previous-version``, ``summary.json``
 (``steps.common.contracts.serve_check``); MLflow: ``serving/...`` metrics, ``serving.url``
 tag and a line in the run's description (``steps.serve_check.report``). The work is

@@ -23,9 +23,9 @@ and every descendant.
 A re-apply over a service that is Ready succeeds at once, as on the cluster: Argo's first
 GET comes right after ``kubectl apply``, before KServe reconciled the new spec, and reads
 the previous version's Ready (argo-workflows v4.0.5 workflow/executor/resource.go
-WaitResource polls immediately; flows/serving_step.py). The new process then starts in the
-background and the service is Ready again once it answers; what follows the deploy must
-wait for it, as serve-check waits for the version. (On the cluster the old pods serve
+WaitResource polls immediately; flows/pipeline/serving_templates.py). The new process then
+starts in the background and the service is Ready again once it answers; what follows the
+deploy must wait for it, as serve-check waits for the version. (On the cluster the old pods serve
 until the new ones are Ready; here the old process is stopped first, the port being one:
 a request in between gets no answer rather than the old version.) A re-apply over a
 service that is not Ready (a rollback after a new version that never became ready) waits

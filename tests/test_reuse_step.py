@@ -17,6 +17,7 @@ from flows.local.servers.mlflow_server import MLflowServer
 from steps.common.config import load_config
 from steps.common.storage import open_store
 from steps.reuse import step as reuse
+from steps.reuse.check import registry_moved
 from tests.helpers.buckets import S3Bucket
 
 PUBLISHED = {  # step -> (output, what it writes last)
@@ -121,5 +122,5 @@ def test_a_reused_decision_holds_while_the_registry_is_as_it_left_it(
     promoted, version, previous = decision
     reused = {"promoted": promoted, "model-version": version, "previous-version": previous}
     cfg = load_config(None, [f"benchmark.registered_model={name}", "tracking.uri=http://unused"])
-    found = reuse.registry_moved(cfg, reused)
+    found = registry_moved(cfg, reused)
     assert found == (None if moved is None else moved.format(name))

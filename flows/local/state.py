@@ -10,12 +10,16 @@ neither ``nodes`` nor ``pods``: they read it.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from flows.local.memo_cache import MemoCache
 from flows.local.signals import STOP_MESSAGE
@@ -78,6 +82,10 @@ class RunState:
                 "exit_handler": saved(self.exit_task) if self.exit_task else None,
                 "root": saved(self.root) if self.root else None,
                 "services": services,
+                # who writes it, so that a review can tell a run whose runner was killed
+                # (SIGKILL, a lost machine) from one still going (flows/local/review/)
+                "runner": runner_identity(),
+                "saved": time.time(),
             }
             # the manifest never changes: encoded once, it leads the state as if dumped with it
             if self._manifest_json is None:
@@ -87,6 +95,13 @@ class RunState:
             tmp = self.run_dir / "state.json.tmp"
             tmp.write_text(f'{{\n  "manifest": {manifest},\n{text[2:]}')
             tmp.replace(self.run_dir / "state.json")
+
+
+def runner_identity() -> dict[str, Any]:
+    """This process as state.json names its runner: the host, the pid and the pid's start
+    (a pid taken again by another process later starts later)."""
+    me = psutil.Process()
+    return {"host": socket.gethostname(), "pid": os.getpid(), "created": me.create_time()}
 
 
 _SAVED_FIELDS = [f.name for f in fields(TaskRecord) if f.name != "tail"]

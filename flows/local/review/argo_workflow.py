@@ -7,8 +7,11 @@ phase and completed labels; its spec, the manifest the run ran.
 
 from __future__ import annotations
 
+import socket
 from datetime import datetime
 from typing import Any
+
+import psutil
 
 from flows.local.review.node_tree import EXIT_KEY, FAILED, NodeTree, node_id, rfc3339
 from flows.local.status import TaskState
@@ -32,6 +35,12 @@ def workflow_status(state: dict[str, Any]) -> dict[str, Any]:
         tree.visit(EXIT_KEY, exit_record, "")
     values = state.get("globals", {})
     phase, finished = run_phase(state, tree.nodes)
+    gone = runner_gone(state) if phase == "Running" else None
+    if gone:  # as Argo's controller errs the nodes of pods that vanished
+        phase, finished = "Failed", rfc3339(state["saved"]) if state.get("saved") else None
+        for node in tree.nodes.values():
+            if node["phase"] in ("Running", "Pending"):
+                node["phase"], node["message"] = "Error", gone
     started = [n["startedAt"] for n in tree.nodes.values() if n.get("startedAt")]
     root_node = tree.nodes[name]
     status: dict[str, Any] = {
@@ -67,6 +76,30 @@ def workflow_status(state: dict[str, Any]) -> dict[str, Any]:
         "spec": spec,
         "status": {k: v for k, v in status.items() if v not in (None, "")},
     }
+
+
+def runner_gone(state: dict[str, Any]) -> str | None:
+    """Why a run that says Running is not: its runner (``state.json``'s ``runner``, on this
+    host) is no longer the process that wrote it, killed before it could record an end.
+    None while it runs, for a state of before this field, or of another host's runner."""
+    runner = state.get("runner")
+    if not runner or runner.get("host") != socket.gethostname():
+        return None
+    pid = runner["pid"]
+    try:
+        process = psutil.Process(pid)
+        alive = abs(process.create_time() - runner["created"]) < 1.0
+        alive = alive and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        alive = False
+    except psutil.Error:  # there, but not ours to read: it may be the runner
+        alive = True
+    if alive:
+        return None
+    return (
+        f"the local runner (pid {pid}) ended before the run did; "
+        "python flows/cifar.py --resume <its run directory> continues it"
+    )
 
 
 def created(values: dict[str, str]) -> str | None:

@@ -24,27 +24,10 @@ from steps.common.config import load_config
 from tests.helpers import admission_policies as ap
 from tests.helpers.admission_policies import PIPELINE, params_of
 from tests.helpers.admission_workloads import ACCOUNT, base, policy, refusals, rendered
+from tests.helpers.config_cases import CONFIG_VARIANTS, RDMA_ON_HOST_NETWORK, launcher_cases
 from tests.helpers.paths import REPO_ROOT
 
-VARIANTS = [
-    ("local", []),
-    ("smoke", []),
-    ("cluster", []),
-    ("kind", []),
-    ("cluster", ["cluster.rdma=true"]),
-    ("cluster", ["cluster.rdma=true", "cluster.rdma_memlock=node"]),
-    ("cluster", ["cluster.host_network=true"]),
-    ("cluster", ["cluster.rdma=true", "cluster.host_network=true"]),
-]
-
-
-CASES = [
-    pytest.param(
-        name, [f"train.launcher={launcher}", *sets], id=f"{name}-{launcher}-{'-'.join(sets)}"
-    )
-    for name, sets in VARIANTS
-    for launcher in ("pytorchjob", "trainjob")
-]
+CASES = launcher_cases([*CONFIG_VARIANTS, RDMA_ON_HOST_NETWORK])
 
 
 @pytest.mark.parametrize(("name", "sets"), CASES)

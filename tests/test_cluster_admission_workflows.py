@@ -36,26 +36,12 @@ from tests.helpers.admission_workflows import (
     rendered,
     template_of,
 )
+from tests.helpers.config_cases import CONFIG_VARIANTS, RDMA_ON_HOST_NETWORK, launcher_cases
 from tests.helpers.k8s_rbac import Rbac, Request, ServiceAccount
 
-VARIANTS = [
-    ("local", []),
-    ("smoke", []),
-    ("cluster", []),
-    ("kind", []),
-    ("cluster", ["cluster.rdma=true"]),
-    ("cluster", ["cluster.rdma=true", "cluster.rdma_memlock=node"]),
-    ("cluster", ["cluster.host_network=true"]),
-    ("cluster", ["cluster.rdma=true", "cluster.host_network=true"]),
-    ("cluster", ["cluster.pvc=cifar-data"]),
-]
-CASES = [
-    pytest.param(
-        name, [f"train.launcher={launcher}", *sets], id=f"{name}-{launcher}-{'-'.join(sets)}"
-    )
-    for name, sets in VARIANTS
-    for launcher in ("pytorchjob", "trainjob")
-]
+CASES = launcher_cases(
+    [*CONFIG_VARIANTS, RDMA_ON_HOST_NETWORK, ("cluster", ["cluster.pvc=cifar-data"])]
+)
 
 
 @pytest.mark.parametrize(("name", "sets"), CASES)

@@ -29,6 +29,7 @@ from steps.common.config import PipelineConfig, load_config
 from tests.helpers import cluster_build
 from tests.helpers import k8s_refs as refs
 from tests.helpers.cluster_pods import workflow_pods
+from tests.helpers.config_cases import CONFIG_VARIANTS, launcher_cases
 from tests.helpers.k8s_netpol import Cluster, Pod
 from tests.helpers.paths import REPO_ROOT
 
@@ -41,22 +42,7 @@ SEAWEEDFS_PORTS = (8333, 9333, 19333, 8888, 18888, 8080, 18080, 18333)
 INTERNAL_PORTS = SEAWEEDFS_PORTS[1:]
 RENDEZVOUS = {"PyTorchJob": 23456, "TrainJob": 29400}  # MASTER_PORT; torchrun's c10d
 NCCL_PORT = 43117  # NCCL and gloo pick their own ports
-VARIANTS = [
-    ("local", []),
-    ("smoke", []),
-    ("cluster", []),
-    ("kind", []),
-    ("cluster", ["cluster.rdma=true"]),
-    ("cluster", ["cluster.rdma=true", "cluster.rdma_memlock=node"]),
-    ("cluster", ["cluster.host_network=true"]),
-]
-CASES = [
-    pytest.param(
-        name, [f"train.launcher={launcher}", *sets], id=f"{name}-{launcher}-{'-'.join(sets)}"
-    )
-    for name, sets in VARIANTS
-    for launcher in ("pytorchjob", "trainjob")
-]
+CASES = launcher_cases(CONFIG_VARIANTS)
 
 
 # --- the install --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ neither ``nodes`` nor ``pods``: they read it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -97,9 +98,10 @@ class RunState:
             tmp.replace(self.run_dir / "state.json")
 
 
+@functools.cache
 def runner_identity() -> dict[str, Any]:
     """This process as state.json names its runner: the host, the pid and the pid's start
-    (a pid taken again by another process later starts later)."""
+    (a pid taken again by another process later starts later); read once, not per save."""
     me = psutil.Process()
     return {"host": socket.gethostname(), "pid": os.getpid(), "created": me.create_time()}
 

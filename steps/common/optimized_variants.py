@@ -10,7 +10,6 @@ installed). Every file reloads without the training code.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +20,11 @@ from steps.common.config import StorageConfig
 from steps.common.contracts.variants import VariantEntry, VariantsManifest
 from steps.common.device import cpu_bf16_features, cpu_capability
 from steps.common.serving.runners import Dispatcher
+from steps.common.serving.torch_runners import LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM, load_module
 from steps.common.storage import StorageError, open_store
 from steps.common.trained_model import InputError, Runner, TrainedModel, read_json
 
 VARIANTS_FILE = VariantsManifest.DOCUMENT
-# The programs of an AOTInductor package: "model" is what aoti_load_package loads.
-LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM = "model", "small_batch"
 AOTI_PROGRAMS = (LARGE_BATCH_PROGRAM, SMALL_BATCH_PROGRAM)
 PORTABLE_KINDS = ("onnx", "openvino")  # run without torch (steps.common.serving.runners)
 # The variant to run when no benchmark measured them here: fastest first, as measured on a
@@ -137,15 +135,8 @@ def load_variant_file(entry: VariantEntry, path: Path, device: torch.device) -> 
     """A saved variant as a callable on ``device``; raises VariantUnavailable if it can't run."""
     check_runs_here(entry, device)
     kind, details = entry.kind, entry.details
-    if kind == "torchscript":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TorchScript is deprecated upstream; we know
-            module = torch.jit.load(str(path), map_location=device)
-            if details.get("optimize_for_inference"):
-                module = torch.jit.optimize_for_inference(module)
-        return module
-    if kind == "export":
-        return torch.export.load(str(path)).module()
+    if kind in ("torchscript", "export"):  # loaded as the served pyfunc loads them
+        return load_module(kind, path, details, device)
     if kind == "aoti":
         small = details.get("small_batch", {}).get("max_batch", 0)
         if small:

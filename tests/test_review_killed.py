@@ -47,7 +47,8 @@ def test_a_run_whose_runner_was_killed_reads_failed(tmp_path: Path, capsys) -> N
     run_dir = tmp_path / "runs" / "killed"
     try:
         deadline = time.monotonic() + 120
-        while "started" not in _text(run_dir / "logs" / "a.log"):
+        # the task's own line, not the runner's "--- attempt 1: ... echo started" before it
+        while "started" not in _text(run_dir / "logs" / "a.log").splitlines():
             assert time.monotonic() < deadline and runner.poll() is None, "the run never started"
             time.sleep(0.1)
         assert workflow_status(load_state(run_dir))["status"]["phase"] == "Running"
